@@ -1,0 +1,1 @@
+"""Data generation: hard-negative captions, synthetic scenes, stitched pairs, neighbours, shards."""

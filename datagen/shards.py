@@ -1,0 +1,233 @@
+"""Writing, verifying and indexing a shard set (a folder of tar shards plus `manifest.json`).
+
+`ShardSetWriter` is the one way datagen writes shards: count- and size-limited tar shards, each
+written under a temporary name and renamed when complete, with `manifest.json` (samples, input
+items consumed, bytes and sha256 per shard, skip counts by reason) rewritten atomically after
+every shard. A killed run resumes from the last complete shard: the writer reports how many input
+items are already done (`inputs_done`) and the caller skips them. For identical output after a
+resume, the caller must make each sample from its input item alone (e.g. seed by item index).
+
+`verify_shard_set` reads every shard back against the manifest; `KeyIndex` maps a sample key to
+the byte range of any of its members, so a reader can fetch a neighbour's image by key.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from datagen.schema import SCHEMA_VERSION, SchemaError, ShardSample
+from models.checkpoint import atomic_write
+
+MANIFEST = "manifest.json"
+KEY_INDEX = "keys.tsv"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_manifest(directory: str | Path) -> dict[str, Any]:
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no manifest; is {directory} a shard set?")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise SchemaError(f"{path}: manifest is not valid JSON ({err})") from None
+
+
+def shard_urls(directory: str | Path) -> list[str]:
+    """The complete shards of a set, in order, as paths webdataset accepts."""
+    manifest = read_manifest(directory)
+    return [str(Path(directory) / s["name"]) for s in manifest["shards"]]
+
+
+class ShardSetWriter:
+    """Append samples to a shard set; see the module docstring for the resume contract."""
+
+    def __init__(self, directory: str | Path, prefix: str = "shard", max_count: int = 10_000,
+                 max_bytes: int = 1 << 30, features: Optional[dict[str, Any]] = None):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.prefix, self.max_count, self.max_bytes = prefix, max_count, max_bytes
+        for stale in self.directory.glob(".*.tar.tmp"):
+            stale.unlink()  # a shard a killed run left unfinished
+        path = self.directory / MANIFEST
+        if path.is_file():
+            self.manifest = read_manifest(self.directory)
+            if features and self.manifest.get("features") not in (None, features):
+                raise SchemaError(f"{path}: existing shard set has features "
+                                  f"{self.manifest.get('features')}, not {features}")
+        else:
+            self.manifest = {"schema_version": SCHEMA_VERSION, "features": features or {},
+                             "shards": [], "complete": False}
+        self._open_shard()
+
+    @property
+    def inputs_done(self) -> int:
+        """Input items consumed by complete shards: skip this many on resume."""
+        return sum(s["inputs"] for s in self.manifest["shards"])
+
+    @property
+    def samples_written(self) -> int:
+        return sum(s["samples"] for s in self.manifest["shards"]) + self._count
+
+    def _open_shard(self) -> None:
+        index = len(self.manifest["shards"])
+        self._name = f"{self.prefix}-{index:06d}.tar"
+        self._tmp = self.directory / f".{self._name}.tmp"
+        self._tar = tarfile.open(self._tmp, "w", format=tarfile.USTAR_FORMAT)
+        self._count = self._inputs = self._bytes = 0
+        self._skipped: Counter[str] = Counter()
+
+    def add(self, sample: ShardSample, inputs: int = 1) -> None:
+        """Write one sample that consumed `inputs` input items."""
+        for member, value in sample.to_wds().items():
+            if member.startswith("__"):
+                continue
+            info = tarfile.TarInfo(f"{sample.key}.{member}")
+            info.size, info.mtime, info.mode = len(value), 0, 0o444  # mtime 0: reproducible bytes
+            self._tar.addfile(info, io.BytesIO(value))
+            self._bytes += len(value) + 512
+        self._count += 1
+        self._inputs += inputs
+        if self._count >= self.max_count or self._bytes >= self.max_bytes:
+            self._finish_shard()
+
+    def skip(self, reason: str, inputs: int = 1) -> None:
+        """Record input items that produced no sample (corrupt image, empty caption, ...)."""
+        self._skipped[reason] += inputs
+        self._inputs += inputs
+
+    def _finish_shard(self) -> None:
+        self._tar.close()
+        if self._count == 0 and self._inputs == 0:
+            self._tmp.unlink()
+            return
+        final = self.directory / self._name
+        os.replace(self._tmp, final)
+        self.manifest["shards"].append({
+            "name": self._name, "samples": self._count, "inputs": self._inputs,
+            "bytes": final.stat().st_size, "sha256": _sha256(final), "skipped": dict(self._skipped)})
+        self._write_manifest()
+        self._open_shard()
+
+    def _write_manifest(self) -> None:
+        self.manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        atomic_write(self.directory / MANIFEST, lambda f: json.dump(self.manifest, f, indent=1), "w")
+
+    def close(self) -> dict[str, Any]:
+        """Finish the last shard and mark the set complete; returns the manifest."""
+        self._finish_shard()
+        self._tar.close()
+        if self._tmp.exists():
+            self._tmp.unlink()
+        self.manifest["complete"] = True
+        self._write_manifest()
+        return self.manifest
+
+    def __enter__(self) -> "ShardSetWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # keep complete shards, drop the partial one, leave the set resumable
+            self._tar.close()
+            if self._tmp.exists():
+                self._tmp.unlink()
+
+
+def iter_raw_samples(shard: str | Path) -> Iterator[dict[str, Any]]:
+    """Group a tar shard's members into raw webdataset-style samples (bytes values)."""
+    current: dict[str, Any] = {}
+    with tarfile.open(shard, "r") as tar:
+        for member in tar:
+            if not member.isfile():
+                continue
+            key, _, ext = Path(member.name).name.partition(".")
+            if current and current["__key__"] != key:
+                yield current
+                current = {}
+            current.setdefault("__key__", key)
+            current["__url__"] = str(shard)
+            current[ext] = tar.extractfile(member).read()
+    if current:
+        yield current
+
+
+def verify_shard_set(directory: str | Path, require_image: bool = True) -> dict[str, int]:
+    """Read every shard back: hash, sample count and schema. Raises SchemaError naming the shard."""
+    manifest = read_manifest(directory)
+    totals = Counter()
+    for entry in manifest["shards"]:
+        path = Path(directory) / entry["name"]
+        if not path.is_file():
+            raise SchemaError(f"{path}: listed in the manifest but missing")
+        if _sha256(path) != entry["sha256"]:
+            raise SchemaError(f"{path}: sha256 differs from the manifest (corrupt or rewritten)")
+        count = 0
+        for raw in iter_raw_samples(path):
+            sample = ShardSample.from_wds(raw, require_image=require_image)
+            count += 1
+            totals["negatives"] += len(sample.negatives)
+            totals["partners"] += sample.partner is not None
+            totals["with_neighbours"] += bool(sample.neighbours)
+        if count != entry["samples"]:
+            raise SchemaError(f"{path}: {count} samples, manifest says {entry['samples']}")
+        totals["samples"] += count
+        totals["shards"] += 1
+    return dict(totals)
+
+
+class KeyIndex:
+    """Random access to any member of any sample of a shard set, by key.
+
+    `build(directory)` writes `keys.tsv` (key, member, shard, offset, size); lookups then read
+    the bytes straight from the tar file with one seek, without decoding anything else.
+    """
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        path = self.directory / KEY_INDEX
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no key index; build it with KeyIndex.build('{directory}')")
+        self._where: dict[tuple[str, str], tuple[str, int, int]] = {}
+        for line in path.read_text().splitlines():
+            key, member, shard, offset, size = line.split("\t")
+            self._where[(key, member)] = (shard, int(offset), int(size))
+
+    @staticmethod
+    def build(directory: str | Path) -> Path:
+        directory = Path(directory)
+        rows = []
+        for url in shard_urls(directory):
+            with tarfile.open(url, "r") as tar:
+                for member in tar:
+                    if member.isfile():
+                        key, _, ext = member.name.partition(".")
+                        rows.append(f"{key}\t{ext}\t{Path(url).name}\t{member.offset_data}\t{member.size}\n")
+        return atomic_write(directory / KEY_INDEX, lambda f: f.writelines(rows), "w")
+
+    def __contains__(self, key: str) -> bool:
+        return (key, "txt") in self._where
+
+    def read(self, key: str, member: str) -> bytes:
+        try:
+            shard, offset, size = self._where[(key, member)]
+        except KeyError:
+            raise KeyError(f"{self.directory}: no member '{member}' for key '{key}'") from None
+        with open(self.directory / shard, "rb") as handle:
+            handle.seek(offset)
+            return handle.read(size)

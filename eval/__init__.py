@@ -1,0 +1,1 @@
+"""Compositional evaluation: VISLA, ARO, BiVLC, SugarCrepe, SugarCrepe++ behind one scorer interface."""

@@ -1,0 +1,70 @@
+"""The scorer interface every benchmark scores through.
+
+A `TextScorer` embeds texts; a `Scorer` also embeds images. Embeddings are fp32, L2-normalised,
+one row per input, so cosine similarity is a dot product. Benchmarks only ever call
+`encode_texts` / `encode_images`, so a CLIP model (from a tag, a checkpoint, or the model being
+trained), or a unimodal sentence encoder, all score the same way; benchmarks that need images
+check `supports_images` and skip text-only scorers with a note.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import Tensor, nn
+
+
+class TextScorer(ABC):
+    name: str = "scorer"
+    supports_images: bool = False
+
+    @abstractmethod
+    def encode_texts(self, texts: Sequence[str]) -> Tensor:
+        """[len(texts), D] fp32, L2-normalised."""
+
+
+class Scorer(TextScorer):
+    supports_images = True
+
+    @abstractmethod
+    def encode_images(self, images: Sequence[Image.Image]) -> Tensor:
+        """[len(images), D] fp32, L2-normalised."""
+
+
+class OpenClipScorer(Scorer):
+    """Scores with an open_clip model: loaded by `models.load_model`, or the one being trained."""
+
+    def __init__(self, model: nn.Module, preprocess, tokenizer, name: str = "open_clip",
+                 batch_size: int = 256, device: str | torch.device = "cpu"):
+        self.model, self.preprocess, self.tokenizer = model, preprocess, tokenizer
+        self.name, self.batch_size, self.device = name, batch_size, torch.device(device)
+
+    @classmethod
+    def from_loaded(cls, loaded, **kwargs) -> "OpenClipScorer":
+        kwargs.setdefault("name", loaded.info.arch + (f":{loaded.info.pretrained}" if loaded.info.pretrained else ""))
+        return cls(loaded.model, loaded.preprocess, loaded.tokenizer, **kwargs)
+
+    def encode_texts(self, texts: Sequence[str]) -> Tensor:
+        def encode(model, chunk):
+            return model.encode_text(self.tokenizer(list(chunk)).to(self.device))
+        return self._encode(texts, encode)
+
+    def encode_images(self, images: Sequence[Image.Image]) -> Tensor:
+        def encode(model, chunk):
+            return model.encode_image(torch.stack([self.preprocess(im) for im in chunk]).to(self.device))
+        return self._encode(images, encode)
+
+    @torch.no_grad()
+    def _encode(self, items: Sequence, encode) -> Tensor:
+        model = getattr(self.model, "module", self.model)
+        was_training = model.training
+        model.eval()
+        try:
+            out = [encode(model, items[i:i + self.batch_size]).float()
+                   for i in range(0, len(items), self.batch_size)]
+        finally:
+            model.train(was_training)  # scoring leaves the caller's train/eval state as it was
+        return F.normalize(torch.cat(out), dim=-1).cpu() if out else torch.empty(0)

@@ -1,0 +1,35 @@
+"""Shared test set-up: offline hub, project-local caches, paths to ../shared fixtures."""
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HOME", str(ROOT / ".cache" / "hf"))
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(ROOT / ".cache" / "torch_extensions"))
+SHARED = Path(os.environ.get("COMPCLIP_SHARED", ROOT.parent / "shared"))
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def shared_benchmarks() -> Path:
+    path = SHARED / "benchmarks"
+    if not path.is_dir():
+        pytest.fail(f"{path} is missing: the real benchmark text files must sit beside the repo "
+                    "(or set COMPCLIP_SHARED)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def micro_model():
+    """The smallest registered architecture, random weights, fixed seed."""
+    import torch
+    from models import load_model
+    torch.manual_seed(0)
+    return load_model("micro-vit-32")

@@ -1,0 +1,67 @@
+"""Model loading: tiny architectures build, and the QuickGELU guard holds both ways."""
+import pytest
+import torch
+
+from models import ActivationMismatch, CheckpointMeta, load_model, save_checkpoint
+from models.load import _weights_origin, built_activation
+from models.registry import TINY_ARCHS
+
+
+@pytest.mark.parametrize("arch", TINY_ARCHS)
+def test_tiny_architectures_build_and_encode(arch):
+    loaded = load_model(arch)
+    size = loaded.model.visual.image_size[0]
+    feats = loaded.model.encode_image(torch.zeros(2, 3, size, size))
+    tokens = loaded.tokenizer(["a red circle to the left of a blue square"])
+    assert feats.shape[0] == 2 and loaded.model.encode_text(tokens).shape[-1] == feats.shape[-1]
+    assert loaded.info.lineage == "none"
+
+
+def test_tiny_model_is_about_seven_million_parameters():
+    model = load_model("tiny-vit-64").model
+    assert 6e6 < sum(p.numel() for p in model.parameters()) < 8e6
+
+
+def test_openai_tag_requires_quickgelu_before_anything_is_downloaded():
+    assert _weights_origin("ViT-B-32", "openai", "auto") == ("openai", "quickgelu")
+    assert _weights_origin("ViT-B-32", "laion2b_s34b_b79k", "auto") == ("other", "gelu")
+    with pytest.raises(ActivationMismatch, match="trained with quickgelu"):
+        load_model("ViT-B-32", pretrained="openai", activation="gelu")
+
+
+def test_unknown_tag_is_an_error_listing_tags():
+    with pytest.raises(FileNotFoundError, match="laion2b_s34b_b79k"):
+        load_model("ViT-B-32", pretrained="no_such_tag")
+
+
+def _checkpoint(tmp_path, lineage, activation):
+    loaded = load_model("micro-vit-32", activation=activation)
+    meta = CheckpointMeta(arch="micro-vit-32", activation=activation, lineage=lineage)
+    return save_checkpoint(tmp_path, "ck", loaded.model, meta)
+
+
+def test_openai_lineage_checkpoint_builds_quickgelu_and_refuses_gelu(tmp_path):
+    path = str(_checkpoint(tmp_path, "openai", "quickgelu"))
+    auto = load_model("micro-vit-32", pretrained=path)
+    assert auto.info.activation == "quickgelu" and auto.info.lineage == "openai"
+    assert built_activation(auto.model) == "quickgelu"
+    with pytest.raises(ActivationMismatch):
+        load_model("micro-vit-32", pretrained=path, activation="gelu")
+
+
+def test_gelu_checkpoint_refuses_quickgelu(tmp_path):
+    path = str(_checkpoint(tmp_path, "other", "gelu"))
+    assert load_model(pretrained=path).info.activation == "gelu"  # arch read from the sidecar
+    with pytest.raises(ActivationMismatch):
+        load_model("micro-vit-32", pretrained=path, activation="quickgelu")
+
+
+def test_lineage_hint_applies_to_bare_files(tmp_path):
+    loaded = load_model("micro-vit-32", activation="quickgelu")
+    path = tmp_path / "bare.pt"
+    torch.save(loaded.model.state_dict(), path)  # a plain open_clip file: no sidecar
+    assert load_model("micro-vit-32", pretrained=str(path)).info.lineage == "unknown"
+    hinted = load_model("micro-vit-32", pretrained=str(path), lineage="openai")
+    assert hinted.info.activation == "quickgelu"
+    with pytest.raises(ActivationMismatch):
+        load_model("micro-vit-32", pretrained=str(path), lineage="openai", activation="gelu")

@@ -1,0 +1,1 @@
+"""Contrastive finetuning with hard-negative columns, under Accelerate and DeepSpeed."""

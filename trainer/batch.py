@@ -1,0 +1,73 @@
+"""The training batch layout: which image each text column matches, and which are negatives only.
+
+    images = [ B anchor images | P partner images ]
+    texts  = [ B anchor captions | P partner captions | H hard-negative captions ]
+
+`text_to_image[j]` is the image index text j describes, or -1 for a hard negative (a text with no
+image). Anchors and partners are both positive pairs: text i matches image i for i < B + P.
+`partner_of[p]` is the anchor a partner image belongs to (the pair shares the batch and the rank);
+`negative_of[h]` is the anchor a hard negative was made from. `text_valid[j]` is False for padding
+columns (an anchor with fewer negatives than the recipe asks for), which the loss masks out.
+Shapes are fixed per recipe (B, P, H), so every rank contributes the same shapes to the gather.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class Batch:
+    images: Tensor  # [B + P, C, H, W]
+    texts: Tensor  # [B + P + H, context_length] token ids
+    num_anchors: int  # B
+    partner_of: Tensor  # [P] long, anchor index of each partner image
+    negative_of: Tensor  # [H] long, anchor index each hard negative was made from
+    text_valid: Tensor  # [B + P + H] bool
+    keys: list[str] = field(default_factory=list)  # anchor sample keys, for error messages
+
+    @property
+    def num_partners(self) -> int:
+        return int(self.partner_of.numel())
+
+    @property
+    def num_negatives(self) -> int:
+        return int(self.negative_of.numel())
+
+    @property
+    def num_matched(self) -> int:
+        return self.num_anchors + self.num_partners
+
+    @property
+    def text_to_image(self) -> Tensor:
+        matched = torch.arange(self.num_matched, device=self.texts.device)
+        negatives = torch.full((self.num_negatives,), -1, dtype=torch.long, device=self.texts.device)
+        return torch.cat([matched, negatives])
+
+    def check(self) -> "Batch":
+        """Raise ValueError if the tensors do not follow the layout; returns self."""
+        b, p, h = self.num_anchors, self.num_partners, self.num_negatives
+        problems = []
+        if self.images.shape[0] != b + p:
+            problems.append(f"images has {self.images.shape[0]} rows, expected B+P={b + p}")
+        if self.texts.shape[0] != b + p + h:
+            problems.append(f"texts has {self.texts.shape[0]} rows, expected B+P+H={b + p + h}")
+        if self.text_valid.shape != (b + p + h,) or self.text_valid.dtype != torch.bool:
+            problems.append("text_valid must be a bool vector of length B+P+H")
+        elif not bool(self.text_valid[: b + p].all()):
+            problems.append("anchor and partner captions must all be valid")
+        for name, ref in (("partner_of", self.partner_of), ("negative_of", self.negative_of)):
+            if ref.numel() and (int(ref.min()) < 0 or int(ref.max()) >= b):
+                problems.append(f"{name} must index anchors 0..{b - 1}")
+        if self.keys and len(self.keys) != b:
+            problems.append(f"keys has {len(self.keys)} entries, expected B={b}")
+        if problems:
+            raise ValueError("batch layout: " + "; ".join(problems))
+        return self
+
+    def to(self, device: torch.device | str) -> "Batch":
+        return Batch(self.images.to(device), self.texts.to(device), self.num_anchors,
+                     self.partner_of.to(device), self.negative_of.to(device),
+                     self.text_valid.to(device), self.keys)

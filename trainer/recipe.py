@@ -1,0 +1,234 @@
+"""Recipes: YAML files validated into typed config.
+
+A recipe is plain YAML data. `load_recipe(path, overrides)` reads it, applies `key.sub=value`
+command-line overrides, and validates the result into `Recipe` (pydantic models that forbid
+unknown keys and do not coerce types). Any problem raises `RecipeError`, whose message is one line
+naming the file, the key and, for a near-miss typo, the key that was probably meant.
+The reference of every key lives in docs/recipes.md.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class RecipeError(ValueError):
+    """A recipe that cannot be used; the message is a single line naming file and key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, validate_default=True)
+
+
+class ModelConfig(_Section):
+    arch: str
+    pretrained: Optional[str] = None  # open_clip tag, a checkpoint file, or null (random init)
+    activation: Literal["auto", "gelu", "quickgelu"] = "auto"
+    lineage: Literal["auto", "openai", "other"] = "auto"
+    freeze_image: bool = False
+    freeze_text: bool = False
+    grad_checkpointing: bool = False
+
+
+class DataConfig(_Section):
+    train_shards: list[str]  # brace patterns or paths; each entry is one source
+    source_weights: Optional[list[float]] = None
+    samples_per_epoch: int = Field(gt=0)
+    batch_size: int = Field(gt=0)  # positives per process per step
+    partner: Literal["none", "neighbour", "generated", "mirrored"] = "none"
+    partners_per_batch: Optional[int] = Field(default=None, ge=0)  # null: one per positive
+    workers: int = Field(default=2, ge=0)
+    shuffle_buffer: int = Field(default=1000, ge=0)
+    max_bad_fraction: float = Field(default=0.01, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _weights_match_sources(self) -> "DataConfig":
+        if self.source_weights is not None and len(self.source_weights) != len(self.train_shards):
+            raise ValueError("source_weights needs one weight per train_shards entry")
+        return self
+
+
+class NegativesConfig(_Section):
+    per_image: int = Field(default=0, ge=0)  # hard-negative caption columns per positive
+    kinds: list[Literal["swap", "replace", "add"]] = ["swap", "replace", "add"]
+    subkinds: Optional[list[str]] = None  # null: every sub-kind of the chosen kinds
+
+
+class LossConfig(_Section):
+    logit_scale_init: float = 2.6592  # log(1 / 0.07), as CLIP
+    logit_scale_max: float = 100.0
+    learn_logit_scale: bool = True
+    gather_with_grad: bool = True
+    partners_as_positives: bool = True
+
+
+class OptimConfig(_Section):
+    lr: float = Field(gt=0)
+    weight_decay: float = Field(default=0.2, ge=0)
+    betas: list[float] = [0.9, 0.98]
+    eps: float = Field(default=1e-6, gt=0)
+    grad_clip: Optional[float] = Field(default=None, gt=0)
+    accum_steps: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _two_betas(self) -> "OptimConfig":
+        if len(self.betas) != 2:
+            raise ValueError("betas needs exactly two values")
+        return self
+
+
+class ScheduleConfig(_Section):
+    epochs: int = Field(gt=0)
+    warmup_steps: int = Field(default=0, ge=0)
+    kind: Literal["cosine", "constant"] = "cosine"
+
+
+class EvalConfig(_Section):
+    benchmarks: list[str] = []
+    data_root: Optional[str] = None
+    every_epoch: bool = True
+    every_n_steps: int = Field(default=0, ge=0)
+    distributed: bool = False
+    batch_size: int = Field(default=256, gt=0)
+    options: dict[str, dict[str, Any]] = {}
+
+
+class LoggingConfig(_Section):
+    output_dir: str = "runs"
+    run_name: Optional[str] = None
+    tensorboard: bool = True
+    every_n_steps: int = Field(default=10, gt=0)
+    progress: bool = True
+
+
+class CheckpointConfig(_Section):
+    every_n_steps: int = Field(default=0, ge=0)
+    keep_last: int = Field(default=2, ge=1)
+    best_metric: Optional[str] = None
+    best_mode: Literal["max", "min"] = "max"
+    resume: Optional[str] = None  # "auto", a run folder, or null
+
+
+class Recipe(_Section):
+    name: str
+    seed: int = 0
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    model: ModelConfig
+    data: DataConfig
+    negatives: NegativesConfig = NegativesConfig()
+    loss: LossConfig = LossConfig()
+    optim: OptimConfig
+    schedule: ScheduleConfig
+    eval: EvalConfig = EvalConfig()
+    logging: LoggingConfig = LoggingConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+
+
+# --- YAML -------------------------------------------------------------------------------------
+
+class _RecipeLoader(yaml.SafeLoader):
+    """SafeLoader that also reads `1e-6` as a float (YAML 1.1 insists on `1.0e-6`)."""
+
+
+_RecipeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+    list("-+0123456789."),
+)
+
+
+def _parse_yaml(text: str, where: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_RecipeLoader)
+    except yaml.YAMLError as err:
+        raise RecipeError(f"{where}: not valid YAML: {str(err).splitlines()[0]}") from None
+
+
+# --- overrides -------------------------------------------------------------------------------
+
+def apply_override(data: dict, override: str, source: str) -> None:
+    """Apply one `key.sub=value` override in place; the value is parsed as YAML."""
+    if "=" not in override:
+        raise RecipeError(f"{source}: override '{override}' is not of the form key.sub=value")
+    dotted, raw = override.split("=", 1)
+    parts = dotted.strip().split(".")
+    if not all(parts):
+        raise RecipeError(f"{source}: override '{override}' has an empty key")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise RecipeError(f"{source}: key '{'.'.join(parts[:i + 1])}' is not a section")
+        node = child
+    node[parts[-1]] = _parse_yaml(raw, f"{source}: override '{dotted}'")
+
+
+# --- validation errors as one line -----------------------------------------------------------
+
+def _known_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in model.model_fields.items():
+        keys.append(prefix + name)
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys.extend(_known_keys(ann, prefix + name + "."))
+    return keys
+
+
+def _one_line(err: ValidationError, path: str) -> str:
+    errors = err.errors()
+    # a typo shows as both an unknown key and a missing one: report the typo, it is the cause
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    key = ".".join(str(p) for p in first["loc"])
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        known = _known_keys(Recipe)
+        near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        if not near:  # a typo in the last part only: compare within the same section
+            section, _, leaf = key.rpartition(".")
+            siblings = [k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == section]
+            near = [f"{section}.{m}" if section else m
+                    for m in difflib.get_close_matches(leaf, siblings, n=1, cutoff=0.6)]
+        hint = f" (did you mean '{near[0]}'?)" if near else ""
+        return f"{path}: unknown key '{key}'{hint}"
+    if kind == "missing":
+        return f"{path}: missing required key '{key}'"
+    got = first.get("input")
+    more = f" ({len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    return f"{path}: key '{key}': {first['msg']} (got {got!r}){more}"
+
+
+def validate_recipe(data: Any, path: str = "<recipe>") -> Recipe:
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a recipe must be a YAML mapping, got {type(data).__name__}")
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as err:
+        raise RecipeError(_one_line(err, path)) from None
+
+
+def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
+    """Read, override and validate a recipe; raise RecipeError with a one-line message."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"{path}: recipe file not found")
+    data = _parse_yaml(path.read_text(encoding="utf-8"), str(path))
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a recipe must be a YAML mapping, got {type(data).__name__}")
+    for override in overrides:
+        apply_override(data, override, f"{path}")
+    return validate_recipe(data, str(path))
+
+
+def recipe_to_dict(recipe: Recipe) -> dict:
+    """Plain data form of a recipe, as stored in checkpoint metadata and run folders."""
+    return recipe.model_dump(mode="json")
