@@ -1,4 +1,21 @@
-"""Hard-negative caption generators (swap / replace / add), one kind per function."""
+"""Hard-negative caption generators (swap / replace / add), one kind per function.
+
+Modules: `base` (registry and protocol), `text` (token view, rendering, caption filter), `vocab`
+(corpus vocabularies, synonym guard), `swap` / `replace` / `add` (the rules), `rules`
+(`RuleNegativeGenerator`), `llm` (`LLMNegativeGenerator`), `pipeline` (corpus runs to shards),
+`__main__` (CLI). Importing `datagen.negatives.rules` registers every rule function.
+"""
 from datagen.negatives.base import NEGATIVE_FNS, NegativeFn, NegativeGenerator, register_negative
 
-__all__ = ["NEGATIVE_FNS", "NegativeFn", "NegativeGenerator", "register_negative"]
+__all__ = ["NEGATIVE_FNS", "NegativeFn", "NegativeGenerator", "register_negative",
+           "RuleNegativeGenerator", "LLMNegativeGenerator"]
+
+
+def __getattr__(name: str):  # lazy: spaCy / transformers load only when a generator is asked for
+    if name == "RuleNegativeGenerator":
+        from datagen.negatives.rules import RuleNegativeGenerator
+        return RuleNegativeGenerator
+    if name == "LLMNegativeGenerator":
+        from datagen.negatives.llm import LLMNegativeGenerator
+        return LLMNegativeGenerator
+    raise AttributeError(name)

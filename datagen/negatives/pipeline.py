@@ -1,0 +1,248 @@
+"""Corpus runs: caption input -> shard set with `neg.json`, chunked, parallel and resumable.
+
+    run_generate("captions_train2017.json", "out/", workers=1)
+
+1. Vocabulary: `out/vocab.json` if present (a resumed run), else the file given, else mined from
+   the first `vocab_sample` captions; saved to `out/vocab.json` either way, so every chunk,
+   worker and resume draws from the same words.
+2. Items are read in order and cut into chunks; each chunk's captions go to a worker (or run
+   inline with `workers=1`), which parses them once and returns their negatives. Caption `i` of
+   the input always uses seed `(seed, i)`, so output does not depend on chunking or workers.
+3. The main process writes samples in input order through `ShardSetWriter`; a killed run
+   resumes after the last complete shard (`inputs_done` items are skipped, not re-parsed) and
+   produces byte-identical shards. Shard inputs are copied member by member (images are never
+   decoded) with `neg.json` added; rule negatives already there are replaced, others kept.
+4. Empty, non-English and over-long captions are skipped and counted: text inputs record them in
+   the manifest's `skipped`, shard inputs keep the sample without negatives.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import Counter, deque
+from dataclasses import asdict
+from itertools import islice
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from datagen.captions_io import CaptionItem, read_items
+from datagen.negatives.rules import RuleNegativeGenerator
+from datagen.negatives.text import view
+from datagen.negatives.vocab import Vocabulary
+from datagen.schema import Negative, ShardSample
+from datagen.shards import ShardSetWriter
+
+VOCAB_FILE = "vocab.json"
+STATS_FILE = "negatives_stats.json"
+_WORKER: dict[str, Any] = {}
+
+
+def build_vocabulary(items: Iterator[CaptionItem], n: int, max_words: int = 100) -> Vocabulary:
+    captions = [it.caption for it in islice(items, n)]
+    gen = RuleNegativeGenerator(max_words=max_words)
+    return Vocabulary.mine(view(d) for d in gen.parse(captions) if d is not None)
+
+
+def _init_worker(config: dict[str, Any], vocab_path: str, seed: int) -> None:
+    try:  # one thread per worker process: the pool is the parallelism
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(1)
+    except ImportError:
+        pass
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+    _WORKER["gen"] = RuleNegativeGenerator(vocab=Vocabulary.from_json(vocab_path), **config)
+    _WORKER["seed"] = seed
+
+
+def _work(start: int, captions: list[str]) -> list[Any]:
+    """Negatives (or a skip reason) for captions `start, start+1, ...` of the input."""
+    gen: RuleNegativeGenerator = _WORKER["gen"]
+    docs = gen.parse(captions)
+    out: list[Any] = []
+    for i, (caption, doc) in enumerate(zip(captions, docs)):
+        out.append(gen.negatives_for(doc, _WORKER["seed"], start + i) if doc is not None
+                   else _skip_reason(gen, caption))
+    return out
+
+
+def _skip_reason(gen: RuleNegativeGenerator, caption: str) -> str:
+    from datagen.negatives.text import skip_reason
+    return skip_reason(caption, gen.max_words) or "unparsed"
+
+
+def _chunks(items: Iterator[CaptionItem], start: int, size: int) -> Iterator[tuple[int, list[CaptionItem]]]:
+    while True:
+        chunk = list(islice(items, size))
+        if not chunk:
+            return
+        yield start, chunk
+        start += len(chunk)
+
+
+def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional[list[str]] = None,
+                 mode: str = "sample", cap: int = 8, seed: int = 0, workers: int = 1,
+                 chunk_size: int = 1000, shard_size: int = 10_000,
+                 vocab_path: Optional[str | Path] = None, vocab_sample: int = 20_000,
+                 max_words: int = 100, batch_size: int = 256, progress: bool = True,
+                 image_col: Optional[str] = None, caption_col: Optional[str] = None,
+                 limit: Optional[int] = None, stop_after: Optional[int] = None) -> dict[str, Any]:
+    """Generate negatives for every caption of `input_path` into the shard set `out_dir`.
+
+    `limit` caps the input items read; `stop_after` stops (without closing the set) after that
+    many items of this run, as a kill would: for tests of resume.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config = {"kinds": kinds, "mode": mode, "cap": cap, "max_words": max_words,
+              "batch_size": batch_size}
+    features = {"negatives": "rules", "mode": mode, "seed": seed,
+                "kinds": sorted(kinds) if kinds else "all"}
+
+    def items() -> Iterator[CaptionItem]:
+        it = read_items(input_path, image_col=image_col, caption_col=caption_col)
+        return islice(it, limit) if limit is not None else it
+
+    vocab_file = out_dir / VOCAB_FILE
+    if not vocab_file.is_file():
+        vocab = (Vocabulary.from_json(vocab_path) if vocab_path
+                 else build_vocabulary(items(), vocab_sample, max_words))
+        vocab.to_json(vocab_file)
+
+    writer = ShardSetWriter(out_dir, max_count=shard_size, features=features)
+    if writer.manifest.get("complete"):
+        return {"manifest": writer.manifest, "stats": _read_stats(out_dir), "resumed_from": None}
+    done = writer.inputs_done
+    todo = islice(items(), done, None)
+    stats: dict[str, Any] = {"captions": 0, "skipped": Counter(), "negatives": Counter(),
+                             "covered": Counter(), "covered_any": 0}
+    bar = _progress(progress, done, limit)
+    t0 = time.perf_counter()
+
+    def write(start: int, chunk: list[CaptionItem], results: list[Any]) -> None:
+        for item, res in zip(chunk, results):
+            stats["captions"] += 1
+            negs = res if isinstance(res, list) else []
+            if not isinstance(res, list):
+                stats["skipped"][res] += 1
+            _count(stats, negs)
+            if item.raw is not None:
+                _copy_with_negatives(writer, item.raw, negs)
+            elif isinstance(res, list):
+                writer.add(ShardSample(item.key, item.caption.strip(), meta=item.meta, negatives=negs))
+            else:
+                writer.skip(res)
+        if bar is not None:
+            bar.update(len(chunk))
+
+    chunks = _chunks(todo, done, chunk_size)
+    if stop_after is not None:
+        chunks = _take_items(chunks, stop_after)
+    if workers <= 1:
+        _init_worker(config, str(vocab_file), seed)
+        for start, chunk in chunks:
+            write(start, chunk, _work(start, [it.caption for it in chunk]))
+    else:
+        _run_pool(workers, config, str(vocab_file), seed, chunks, write)
+    if bar is not None:
+        bar.close()
+    elapsed = time.perf_counter() - t0
+    if stop_after is not None:  # simulated kill: complete shards stay, the partial one is dropped
+        writer.__exit__(RuntimeError, RuntimeError("stopped"), None)
+        return {"manifest": writer.manifest, "stats": _finish_stats(stats, elapsed), "resumed_from": done}
+    manifest = writer.close()
+    final = _finish_stats(stats, elapsed)
+    final["resumed_from"] = done
+    (out_dir / STATS_FILE).write_text(json.dumps(final, indent=1, sort_keys=True))
+    return {"manifest": manifest, "stats": final, "resumed_from": done}
+
+
+def _copy_with_negatives(writer: ShardSetWriter, raw: dict[str, Any], negs: list[Negative]) -> None:
+    """Write an input shard sample again with `negs` in `neg.json` (rule negatives already there
+    are replaced, others kept). With `ShardSetWriter.add_raw`, every member is copied byte for
+    byte (unknown ones too); without it, the sample is re-encoded through `ShardSample`."""
+    sample = ShardSample.from_wds(raw, require_image=False)
+    merged = [n for n in sample.negatives if n.source != "rules"] + negs
+    if not hasattr(writer, "add_raw"):
+        sample.negatives = merged
+        writer.add(sample)
+        return
+    members = {k: v for k, v in raw.items() if k != "neg.json"}
+    extra = {}
+    if merged:
+        extra["neg.json"] = json.dumps([asdict(n) for n in merged], ensure_ascii=False,
+                                       separators=(",", ":")).encode("utf-8")
+    writer.add_raw(members, extra=extra)
+
+
+def _run_pool(workers: int, config: dict[str, Any], vocab_file: str, seed: int, chunks, write) -> None:
+    import multiprocessing as mp
+    from datagen.negatives.rules import load_nlp
+    load_nlp()  # once, before the fork
+    saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    os.environ.update({k: "1" for k in saved})  # children inherit: one BLAS thread each
+    try:
+        # fork: workers inherit the loaded pipeline instead of importing spaCy again
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        with ctx.Pool(workers, initializer=_init_worker, initargs=(config, vocab_file, seed)) as pool:
+            pending: deque = deque()
+            for start, chunk in chunks:
+                captions = [it.caption for it in chunk]
+                pending.append((start, chunk, pool.apply_async(_work, (start, captions))))
+                while len(pending) > 2 * workers:
+                    s, c, res = pending.popleft()
+                    write(s, c, res.get())
+            while pending:
+                s, c, res = pending.popleft()
+                write(s, c, res.get())
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _take_items(chunks, n: int):
+    taken = 0
+    for start, chunk in chunks:
+        if taken >= n:
+            return
+        chunk = chunk[: n - taken]
+        taken += len(chunk)
+        yield start, chunk
+
+
+def _count(stats: dict[str, Any], negs: list[Negative]) -> None:
+    kinds = set()
+    for n in negs:
+        stats["negatives"][f"{n.kind}:{n.subkind}"] += 1
+        kinds.add(f"{n.kind}:{n.subkind}")
+        kinds.add(n.kind)
+    for k in kinds:
+        stats["covered"][k] += 1
+    stats["covered_any"] += bool(negs)
+
+
+def _finish_stats(stats: dict[str, Any], elapsed: float) -> dict[str, Any]:
+    n = max(stats["captions"], 1)
+    return {"captions": stats["captions"], "seconds": round(elapsed, 3),
+            "captions_per_s": round(stats["captions"] / elapsed, 1) if elapsed > 0 else None,
+            "skipped": dict(stats["skipped"]), "negatives": dict(sorted(stats["negatives"].items())),
+            "coverage": {k: round(v / n, 4) for k, v in sorted(stats["covered"].items())},
+            "coverage_any": round(stats["covered_any"] / n, 4)}
+
+
+def _read_stats(out_dir: Path) -> dict[str, Any]:
+    path = out_dir / STATS_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _progress(enabled: bool, initial: int, total: Optional[int]):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+    return tqdm(initial=initial, total=total, unit="cap", unit_scale=True, smoothing=0.1,
+                desc="negatives")

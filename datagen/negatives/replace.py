@@ -1,0 +1,108 @@
+"""Replace negatives: one object, attribute or relation word changed for a corpus word.
+
+Replacements come from a `Vocabulary` mined from the corpus (a small built-in one when none is
+given), drawn by frequency from the bucket of the same part of speech and role, never a synonym
+of the replaced word and never a word already in the caption:
+
+| sub-kind | replaces                                   | drawn from                                  |
+|----------|--------------------------------------------|---------------------------------------------|
+| `obj`    | a chunk's head noun (NN or NNS)            | nouns of that tag after the same governor ("on a [bench]") |
+| `att`    | an adjective                               | its attribute group (colour -> colour), else adjectives seen with the same head noun |
+| `rel`    | a verb (same tag) or a relation preposition | verbs seen before the same object noun; prepositions |
+"""
+from __future__ import annotations
+
+import random
+from typing import Optional
+
+from datagen.negatives.base import register_negative
+from datagen.negatives.swap import pick
+from datagen.negatives.text import View, match_case, render, replace_at, view
+from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, PREP_STOP, Vocabulary,
+                                     builtin_vocabulary, is_part_noun, noun_roles, verb_roles)
+
+# "on top of", "in front of", "at the edge of": the preposition is part of a fixed phrase.
+FIXED_AFTER_PREP = {"top", "front", "back", "side", "middle", "bottom", "edge", "the", "each"}
+from datagen.schema import Negative
+
+_FALLBACK: Optional[Vocabulary] = None
+
+
+def vocab_or_builtin(vocab: Optional[Vocabulary]) -> Vocabulary:
+    global _FALLBACK
+    if vocab is not None:
+        return vocab
+    if _FALLBACK is None:
+        _FALLBACK = builtin_vocabulary()
+    return _FALLBACK
+
+
+def _plain(v: View, i: int) -> bool:
+    """A lower-case word (or the first word), not glued to a neighbour by a hyphen."""
+    return (v.lower[i].isalpha() and (i == 0 or not v.words[i][:1].isupper())
+            and i not in v.hyphenated)
+
+
+def _replace(v: View, i: int, word: Optional[str]) -> Optional[str]:
+    if word is None:
+        return None
+    return render(replace_at(v, i, match_case(word, v.words[i])), v.cap)
+
+
+@register_negative("replace", "obj")
+def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
+    v, voc = view(doc), vocab_or_builtin(vocab)
+    chunks = [c for c in v.chunks if v.tags[c.head] in ("NN", "NNS") and _plain(v, c.head)
+              and c.noun_start == c.head and not is_part_noun(v, c)]
+
+    def build(c):
+        buckets = [f"noun/{v.tags[c.head]}/{role}" for role in noun_roles(v, c)]
+        return _replace(v, c.head, voc.sample(rng, buckets, v.lower[c.head], avoid=v.lemmas))
+    return pick(v, rng, chunks * limit, build, "replace", "obj", limit)
+
+
+def _head_of(v: View, i: int) -> Optional[str]:
+    for c in v.chunks:
+        if c.start <= i < c.end:
+            return v.lower[c.head]
+    return None
+
+
+@register_negative("replace", "att")
+def replace_att(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
+    v, voc = view(doc), vocab_or_builtin(vocab)
+    adjs = [i for i in range(len(v)) if v.pos[i] == "ADJ" and v.tags[i] == "JJ"
+            and _plain(v, i) and v.lower[i] not in ADJ_STOP]
+
+    def build(i):
+        word, head = v.lower[i], _head_of(v, i)
+        buckets = ([f"adj/{head}"] if head else []) + ["adj/*"]
+        group = ATTRIBUTE_OF.get(word)
+        if group is None:
+            new = voc.sample(rng, buckets, word, avoid=v.lemmas)
+        else:
+            mates = set(ATTRIBUTE_GROUPS[group].split())
+            new = voc.sample(rng, buckets, word, avoid=v.lemmas, keep=mates)
+            if new is None:  # the corpus lacks group mates: use the group list itself
+                new = Vocabulary({"g": [(w, 1) for w in sorted(mates)]}).sample(
+                    rng, ["g"], word, avoid=v.lemmas)
+        return _replace(v, i, new)
+    return pick(v, rng, adjs * limit, build, "replace", "att", limit)
+
+
+@register_negative("replace", "rel")
+def replace_rel(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
+    v, voc = view(doc), vocab_or_builtin(vocab)
+    slots = [i for i in range(len(v)) if _plain(v, i) and (
+        (v.pos[i] == "VERB" and v.tags[i].startswith("VB"))
+        or (v.tags[i] == "IN" and v.pos[i] == "ADP" and v.lower[i] not in PREP_STOP
+            and (i + 1 == len(v) or v.lower[i + 1] not in FIXED_AFTER_PREP)))]
+
+    def build(i):
+        word = v.lower[i]
+        if v.pos[i] == "VERB":
+            buckets = [f"verb/{v.tags[i]}/{role}" for role in verb_roles(v, i)]
+        else:
+            buckets = ["prep/*"]
+        return _replace(v, i, voc.sample(rng, buckets, word, avoid=v.lemmas))
+    return pick(v, rng, slots * limit, build, "replace", "rel", limit)

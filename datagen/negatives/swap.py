@@ -1,0 +1,130 @@
+"""Swap negatives: the same words in a new order (NegCLIP's six types, SugarCrepe's obj / att).
+
+Every function takes a parsed caption and an rng and returns up to `limit` distinct negatives:
+all swappable pairs are listed, shuffled by the rng, and rendered until `limit` new captions are
+found (a candidate equal to the caption after `normalise` is dropped).
+
+| sub-kind      | swaps                                                                        |
+|---------------|------------------------------------------------------------------------------|
+| `noun_chunk`  | two noun chunks longer than two words                                        |
+| `verb_phrase` | two `VERB? ADV* AUX* VERB+` phrases                                          |
+| `noun`        | two singular nouns (NN)                                                      |
+| `noun_plural` | two plural nouns (NNS)                                                       |
+| `adverb`      | two adverbs                                                                  |
+| `adjective`   | two adjectives                                                               |
+| `obj`         | two whole noun chunks of the same number ("a man ... a horse" -> "a horse ... a man") |
+| `att`         | the first adjectives of two chunks with different heads ("blue bathroom, white towels") |
+"""
+from __future__ import annotations
+
+import random
+from itertools import combinations
+from typing import Callable, Iterable, Optional
+
+from datagen.negatives.base import normalise, register_negative
+from datagen.negatives.text import View, render, swap_spans, view
+from datagen.negatives.vocab import ADJ_STOP, is_part_noun
+from datagen.schema import Negative
+
+Span = tuple[int, int]
+
+
+def pick(v: View, rng: random.Random, candidates: list, build: Callable[[object], Optional[str]],
+         kind: str, subkind: str, limit: int) -> list[Negative]:
+    """Shuffle `candidates`, render each with `build`, keep up to `limit` distinct new captions."""
+    if not candidates:
+        return []
+    rng.shuffle(candidates)
+    seen = {v.norm}
+    out = []
+    for cand in candidates:
+        text = build(cand)
+        if text is None:
+            continue
+        key = normalise(text)
+        if key and key not in seen:
+            seen.add(key)
+            out.append(Negative(text, kind, subkind, "rules"))
+            if len(out) >= limit:
+                break
+    return out
+
+
+def _swap_pairs(v: View, spans: Iterable[Span], rng: random.Random, subkind: str, limit: int,
+                kind: str = "swap") -> list[Negative]:
+    spans = list(spans)
+    texts = [" ".join(v.lower[s:e]) for s, e in spans]
+    pairs = [(a, b) for (i, a), (j, b) in combinations(enumerate(spans), 2) if texts[i] != texts[j]]
+    return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), kind, subkind, limit)
+
+
+def _tokens(v: View, keep: Callable[[int], bool]) -> list[Span]:
+    """Single tokens to swap; never half of a hyphenated word ("snow-packed")."""
+    return [(i, i + 1) for i in range(len(v)) if keep(i) and i not in v.hyphenated]
+
+
+@register_negative("swap", "noun_chunk")
+def swap_noun_chunk(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
+    v = view(doc)
+    return _swap_pairs(v, [(c.start, c.end) for c in v.chunks if c.end - c.start > 2], rng,
+                       "noun_chunk", limit)
+
+
+@register_negative("swap", "verb_phrase")
+def swap_verb_phrase(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
+    v = view(doc)
+    spans = [(s, e) for s, e in v.verb_phrases if s not in v.hyphenated and e - 1 not in v.hyphenated]
+    return _swap_pairs(v, spans, rng, "verb_phrase", limit)
+
+
+@register_negative("swap", "noun")
+def swap_noun(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
+    v = view(doc)
+    return _swap_pairs(v, _tokens(v, lambda i: v.tags[i] == "NN"), rng, "noun", limit)
+
+
+@register_negative("swap", "noun_plural")
+def swap_noun_plural(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
+    v = view(doc)
+    return _swap_pairs(v, _tokens(v, lambda i: v.tags[i] == "NNS"), rng, "noun_plural", limit)
+
+
+@register_negative("swap", "adverb")
+def swap_adverb(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
+    v = view(doc)
+    return _swap_pairs(v, _tokens(v, lambda i: v.pos[i] == "ADV"), rng, "adverb", limit)
+
+
+@register_negative("swap", "adjective")
+def swap_adjective(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
+    v = view(doc)
+    return _swap_pairs(v, _tokens(v, lambda i: v.pos[i] == "ADJ"), rng, "adjective", limit)
+
+
+def _number(v: View, head: int) -> str:
+    return "plural" if v.tags[head] in ("NNS", "NNPS") else "singular"
+
+
+@register_negative("swap", "obj")
+def swap_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
+    """Two whole noun chunks with different heads and the same number, so verbs still agree."""
+    v = view(doc)
+    chunks = [c for c in v.chunks if not is_part_noun(v, c)]
+    pairs = [((a.start, a.end), (b.start, b.end)) for a, b in combinations(chunks, 2)
+             if v.lower[a.head] != v.lower[b.head] and _number(v, a.head) == _number(v, b.head)
+             and v.lower[a.head].isalpha() and v.lower[b.head].isalpha()]
+    return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), "swap", "obj", limit)
+
+
+@register_negative("swap", "att")
+def swap_att(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
+    """The first describing adjective of two chunks whose heads differ."""
+    v = view(doc)
+    firsts = []
+    for c in v.chunks:
+        adjs = [a for a in c.adjectives if v.lower[a] not in ADJ_STOP]
+        if adjs:
+            firsts.append((adjs[0], v.lower[c.head]))
+    pairs = [((a, a + 1), (b, b + 1)) for (a, ha), (b, hb) in combinations(firsts, 2)
+             if ha != hb and v.lower[a] != v.lower[b]]
+    return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), "swap", "att", limit)

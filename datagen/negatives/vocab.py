@@ -1,0 +1,249 @@
+"""Replacement vocabularies mined from the corpus itself, by part of speech and role.
+
+Buckets (each a frequency-sorted word list, `*` = all roles):
+- `noun/<tag>/<role>`: nouns (NN, NNS) by the word that governs their chunk: the preposition or
+  verb right before it, or for a subject the verb after it (`subj:drinking`, then `_subj`).
+  "on a [bench]" draws from nouns seen after "on", "[cat] drinking" from subjects of "drinking".
+- `adj/<head>`: adjectives by the head noun they modify ("open [refrigerator]").
+- `verb/<tag>/<role>`: verbs by tag (VBG, VBZ, ...) and their direct object (`obj:horse`) or the
+  preposition after them (`prep:on`).
+- `prep/*`: prepositions (IN) that express a relation (not `of`, `that`, `while`, ...).
+
+Words come from the corpus first; a small built-in list is the fallback when a tiny corpus
+has no usable word. Synonyms are never offered for each other: same word, same crude lemma (plural `s`/`es`), or
+one of the hand-written SYNONYM_GROUPS below (WordNet is not available offline: nltk's data is
+a separate download). Attributes in a known group (colour, size, material, ...) are replaced
+within their group, so "a red car" becomes "a blue car", not "a hungry car".
+The whole vocabulary is JSON (`to_json` / `from_json`), so resumed and parallel runs share it.
+"""
+from __future__ import annotations
+
+import json
+import random
+from functools import lru_cache
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Iterable, Optional
+
+from datagen.negatives.text import Chunk, View
+
+SYNONYM_GROUPS = [
+    "man guy gentleman male men guys gentlemen males",
+    "woman lady female women ladies females",
+    "kid child children kids youngster youngsters",
+    "boy lad boys lads", "girl lass girls lasses",
+    "person individual people persons individuals someone",
+    "picture photo image photograph pictures photos images photographs shot",
+    "big large huge giant enormous massive",
+    "small little tiny mini miniature",
+    "couch sofa couches sofas", "cellphone phone cell smartphone phones cellphones",
+    "television tv televisions tvs", "bike bicycle bikes bicycles",
+    "motorcycle motorbike motorcycles motorbikes", "automobile car cars automobiles",
+    "puppy dog dogs puppies", "kitten cat cats kittens", "plane airplane aeroplane jet planes airplanes jets",
+    "road street roadway roads streets", "sidewalk pavement walkway",
+    "ocean sea", "rock stone rocks stones", "hill slope hills slopes",
+    "glass cup mug", "plate dish plates dishes", "bag sack", "hat cap",
+    "skateboard skate board", "surfboard board", "bus coach",
+    "laptop computer notebook", "meal food dinner lunch", "automobile vehicle",
+    "couple pair", "field meadow pasture", "grass lawn",
+    "on onto upon atop", "near beside by next alongside", "under beneath below underneath",
+    "in inside within into", "above over", "around about", "toward towards",
+    "sitting seated", "standing upright", "lying laying", "looking staring gazing",
+    "holding carrying", "riding", "walking strolling", "running jogging",
+    "grey gray", "colorful colourful multicolored", "old elderly aged",
+    "young youthful", "pretty beautiful lovely attractive", "happy smiling",
+    "wet soaked", "dirty messy", "clean tidy", "empty vacant", "full filled",
+]
+ATTRIBUTE_GROUPS = {
+    "colour": "red blue green yellow orange purple pink brown black white gray grey silver gold "
+              "tan beige maroon navy teal golden dark light colorful",
+    "size": "big large huge giant small little tiny tall short long wide narrow thick thin",
+    "material": "wooden metal plastic glass stone brick leather paper concrete ceramic steel "
+                "metallic marble",
+    "age": "old young new elderly baby adult antique modern vintage",
+    "state": "open closed empty full wet dry clean dirty broken lit dark busy crowded",
+    "temperature": "hot cold warm frozen",
+}
+# Adjectives that quantify or relate rather than describe: never replaced, swapped or added.
+ADJ_STOP = set("other many several few more most same different various such own next last first "
+               "only front top bottom much whole entire certain numerous double single".split())
+# IN-tagged words that are not relations between two things.
+PREP_STOP = set("of that while as if because than so whether since although though until unless "
+                "once like whilst".split())
+
+_GROUP_OF: dict[str, int] = {}
+for _i, _g in enumerate(SYNONYM_GROUPS):
+    for _w in _g.split():
+        _GROUP_OF.setdefault(_w, _i)
+ATTRIBUTE_OF = {w: name for name, words in ATTRIBUTE_GROUPS.items() for w in words.split()}
+
+
+@lru_cache(maxsize=1 << 16)
+def crude_lemma(word: str) -> str:
+    w = word.lower()
+    for suffix, repl in (("ies", "y"), ("ches", "ch"), ("shes", "sh"), ("sses", "ss"), ("xes", "x")):
+        if w.endswith(suffix) and len(w) > len(suffix) + 2:
+            return w[: -len(suffix)] + repl
+    if w.endswith("s") and not w.endswith("ss") and len(w) > 3:
+        return w[:-1]
+    return w
+
+
+def is_synonym(a: str, b: str) -> bool:
+    """True when `b` must not replace `a`: same word, same crude lemma, or one synonym group."""
+    a, b = a.lower(), b.lower()
+    if a == b or crude_lemma(a) == crude_lemma(b):
+        return True
+    ga, gb = _GROUP_OF.get(a), _GROUP_OF.get(b)
+    return ga is not None and ga == gb
+
+
+def noun_roles(v: View, chunk: Chunk) -> list[str]:
+    """Roles of a chunk, specific first: the preposition/verb governing it ("on"), or for a
+    subject the verb that follows it ("subj:drinking", then "_subj"); always ending in `*`."""
+    for i in range(chunk.start - 1, max(chunk.start - 3, -1), -1):
+        if v.tags[i] == "IN" or v.pos[i] == "VERB":
+            return [v.lower[i], "*"]
+        if v.pos[i] not in ("ADV", "PART", "ADP"):
+            break
+    if any(p == "VERB" or p == "AUX" for p in v.pos[:chunk.start]):
+        return ["*"]
+    for i in range(chunk.end, min(chunk.end + 3, len(v))):
+        if v.pos[i] == "VERB":
+            return [f"subj:{v.lower[i]}", "_subj", "*"]
+    return ["_subj", "*"]
+
+
+def verb_roles(v: View, i: int) -> list[str]:
+    """Roles of a verb: its direct object's head ("obj:horse") or the preposition after it
+    ("prep:on"); always ending in `*`."""
+    nxt = i + 1
+    if nxt < len(v):
+        for c in v.chunks:
+            if c.start == nxt:
+                return [f"obj:{v.lower[c.head]}", "*"]
+        if v.tags[nxt] == "IN":
+            return [f"prep:{v.lower[nxt]}", "*"]
+    return ["*"]
+
+
+def is_part_noun(v: View, chunk: Chunk) -> bool:
+    """A chunk followed by `of` names a part or amount ("the middle of", "a piece of"): the
+    object is the noun after it, so object rules leave this one alone."""
+    return chunk.end < len(v) and v.lower[chunk.end] == "of"
+
+
+class Vocabulary:
+    """Frequency-sorted word lists per bucket; `sample` draws a non-synonym replacement."""
+
+    def __init__(self, buckets: Optional[dict[str, list[tuple[str, int]]]] = None,
+                 fallback: Optional["Vocabulary"] = None):
+        self.buckets: dict[str, list[tuple[str, int]]] = buckets or {}
+        self.fallback = fallback  # asked when no bucket of this one has a usable word
+        self._cum: dict[str, tuple[list[str], list[int]]] = {}
+
+    @classmethod
+    def mine(cls, views: Iterable[View], min_count: int = 2, top_k: int = 300) -> "Vocabulary":
+        counts: dict[str, Counter] = defaultdict(Counter)
+        for v in views:
+            for c in v.chunks:
+                head, tag = v.lower[c.head], v.tags[c.head]
+                if tag in ("NN", "NNS") and head.isalpha() and not is_part_noun(v, c):
+                    for role in noun_roles(v, c):
+                        counts[f"noun/{tag}/{role}"][head] += 1
+                for a in c.adjectives:
+                    adj = v.lower[a]
+                    if adj.isalpha() and adj not in ADJ_STOP:
+                        counts[f"adj/{head}"][adj] += 1
+                        counts["adj/*"][adj] += 1
+            for i, (word, tag, pos) in enumerate(zip(v.lower, v.tags, v.pos)):
+                if pos == "VERB" and tag.startswith("VB") and word.isalpha():
+                    for role in verb_roles(v, i):
+                        counts[f"verb/{tag}/{role}"][word] += 1
+                elif tag == "IN" and pos == "ADP" and word.isalpha() and word not in PREP_STOP:
+                    counts["prep/*"][word] += 1
+        buckets = {}
+        for name, counter in counts.items():
+            keep = sorted(((w, n) for w, n in counter.items() if n >= min_count),
+                          key=lambda wn: (-wn[1], wn[0]))[:top_k]
+            if keep:
+                buckets[name] = keep
+        return cls(buckets, fallback=builtin_vocabulary())
+
+    def words(self, bucket: str) -> list[str]:
+        return [w for w, _ in self.buckets.get(bucket, ())]
+
+    def sample(self, rng: random.Random, buckets: list[str], replaced: str,
+               avoid: frozenset[str] | set[str] = frozenset(), keep: Optional[set[str]] = None,
+               tries: int = 8) -> Optional[str]:
+        """A frequency-weighted word from the first bucket with enough words, else None.
+
+        Never a synonym of `replaced`, never a word whose `crude_lemma` is in `avoid` (pass the
+        caption's lemmas, `View.lemmas`); only words in `keep` if given.
+        """
+        for bucket in buckets:
+            entries = self.buckets.get(bucket)
+            if not entries or len(entries) < 2:
+                continue
+            if keep is not None:
+                entries = [e for e in entries if e[0] in keep]
+                if not entries:
+                    continue
+                words, weights = [w for w, _ in entries], [n for _, n in entries]
+                cum = None
+            else:
+                words, cum = self._cumulative(bucket)
+            for _ in range(tries):
+                if cum is not None:
+                    word = rng.choices(words, cum_weights=cum)[0]
+                else:
+                    word = rng.choices(words, weights=weights)[0]
+                if crude_lemma(word) not in avoid and not is_synonym(replaced, word):
+                    return word
+        if self.fallback is not None:
+            return self.fallback.sample(rng, buckets, replaced, avoid, keep, tries)
+        return None
+
+    def _cumulative(self, bucket: str) -> tuple[list[str], list[int]]:
+        if bucket not in self._cum:
+            words, total, cum = [], 0, []
+            for w, n in self.buckets[bucket]:
+                total += n
+                words.append(w)
+                cum.append(total)
+            self._cum[bucket] = (words, cum)
+        return self._cum[bucket]
+
+    def to_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps({"buckets": self.buckets}, sort_keys=True))
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "Vocabulary":
+        try:
+            data = json.loads(Path(path).read_text())
+            buckets = {k: [tuple(e) for e in v] for k, v in data["buckets"].items()}
+            return cls(buckets, fallback=builtin_vocabulary())
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise ValueError(f"{path}: not a vocabulary file ({err})") from None
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.buckets.values())
+
+
+_BUILTIN = {
+    "noun/NN/*": "man woman dog cat table car horse bench tree boy girl plate street bed kitchen "
+                 "bus train pizza clock field beach",
+    "noun/NNS/*": "people men women dogs cats cars horses trees boys girls plates birds sheep cows "
+                  "flowers chairs books signs bananas",
+    "verb/VBG/*": "sitting standing holding riding walking looking eating playing flying "
+                  "lying running carrying watching",
+    "verb/VBZ/*": "sits stands holds rides walks looks eats plays flies lies runs carries watches",
+    "prep/*": "on in with near under behind above beside at inside against across",
+}
+
+
+def builtin_vocabulary() -> Vocabulary:
+    """A small fallback vocabulary for rule functions called without a mined one."""
+    buckets = {k: [(w, 1) for w in words.split()] for k, words in _BUILTIN.items()}
+    buckets["adj/*"] = [(w, 1) for w in sorted(ATTRIBUTE_OF)]
+    return Vocabulary(buckets)

@@ -1,0 +1,128 @@
+"""Training shard sets of the world, written with `ShardSetWriter` in the shard schema.
+
+Sample `i` is made from its own seed (`world-train:<seed>:<i>`) alone, so a resumed writer that
+skips `inputs_done` items produces a byte-identical set. A sample is a training-split scene
+(never a held-out composition, see splits.py), its rendered JPEG and caption, optionally hard
+negatives (edits.py; kind/subkind labelled, true by construction) and a partner:
+`generated` renders one negative caption's scene (`negative_index` points at it; the positive
+caption is false of that image, read exhaustively as the world's captions are written), `mirrored` is the image flipped left-right with the caption of
+the mirrored scene (those sets draw scenes with a left/right relation, so the caption changes).
+"""
+from __future__ import annotations
+
+import random
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional
+
+from PIL import ImageOps
+
+from datagen.schema import Negative, Partner, ShardSample
+from datagen.shards import ShardSetWriter, read_manifest
+from datagen.world.edits import mirror_scene, negatives as make_negatives
+from datagen.world.grammar import describe, random_style
+from datagen.world.layout import Layout, PlacementError, place, satisfies
+from datagen.world.render import draw_layout, encode
+from datagen.world.scene import Scene, random_scene
+from datagen.world.splits import Split
+
+SOURCE = "world"
+PARTNERS = ("generated", "mirrored")
+
+
+def scene_json(scene: Scene) -> dict:
+    return {"objects": [asdict(o) for o in scene.objects],
+            "relations": [asdict(r) for r in scene.relations]}
+
+
+def layout_json(layout: Layout) -> list[dict]:
+    return [{"cx": round(p.cx, 2), "cy": round(p.cy, 2), "r": round(p.r, 2)} for p in layout.objects]
+
+
+def train_scene(rng: random.Random, split: Split, size: int, horizontal: bool = False
+                ) -> tuple[Scene, Layout]:
+    """A training scene and layout with no held-out composition in caption, image or mirror."""
+    while True:
+        n = 3 if rng.random() < 0.2 else 2
+        scene = random_scene(rng, n_objects=n, related=horizontal or rng.random() < 0.85)
+        if horizontal and scene.relations[0].relation not in ("left", "right"):
+            continue
+        if not split.train_ok(scene) or (horizontal and not split.train_ok(mirror_scene(scene))):
+            continue
+        layout = place(scene, size, rng)
+        if not split.image_heldout(layout):
+            return scene, layout
+
+
+def make_sample(i: int, seed: int, split: Split, size: int = 64, with_negatives: bool = False,
+                partner: Optional[str] = None) -> ShardSample:
+    """Training sample `i`, from its own seed alone."""
+    rng = random.Random(f"world-train:{seed}:{i}")
+    scene, layout = train_scene(rng, split, size, horizontal=partner == "mirrored")
+    image = draw_layout(layout, rng)
+    style = random_style(rng)
+    caption = describe(scene, style)
+    meta = {"source": SOURCE, "image_id": f"{seed}-{i}", "split": "train", "seed": seed,
+            "scene": scene_json(scene), "layout": layout_json(layout), "style": asdict(style)}
+    edited = []
+    if with_negatives or partner == "generated":
+        edited = make_negatives(scene, layout, style, rng, allowed=split.train_ok)
+    negs = [Negative(e.text, e.kind, e.subkind, SOURCE) for e in edited]
+    part = None
+    if partner == "generated":
+        part = _generated_partner(scene, edited, split, size, rng)
+    elif partner == "mirrored":
+        mirror = mirror_scene(scene)
+        part = Partner(encode(ImageOps.mirror(image)), describe(mirror, style), "mirrored")
+    elif partner is not None:
+        raise ValueError(f"unknown partner kind '{partner}' (one of {PARTNERS})")
+    return ShardSample(key=f"{i:08d}", caption=caption, image=encode(image), meta=meta,
+                       negatives=negs, partner=part)
+
+
+def _generated_partner(scene: Scene, edited: list, split: Split, size: int,
+                       rng: random.Random) -> Optional[Partner]:
+    """Render a negative caption's scene whose image the positive caption does not describe."""
+    order = list(range(len(edited)))
+    rng.shuffle(order)
+    for k in order:
+        for _ in range(5):
+            try:
+                layout = place(edited[k].scene, size, rng, max_tries=500)
+            except PlacementError:  # e.g. a replaced relation that cannot fit: try another
+                break
+            if not satisfies(layout, scene, exhaustive=True) and not split.image_heldout(layout):
+                return Partner(encode(draw_layout(layout, rng)), edited[k].text, "generated",
+                               negative_index=k)
+    return None
+
+
+def write_train_set(out_dir: str | Path, n: int, seed: int, split: Split, size: int = 64,
+                    with_negatives: bool = False, partner: Optional[str] = None,
+                    shard_size: int = 1000, progress: bool = True) -> dict:
+    """Write (or resume) a training shard set of `n` samples; returns the manifest."""
+    out_dir = Path(out_dir)
+    features = {"negatives": bool(with_negatives or partner == "generated"),
+                "partner": partner, "source": SOURCE, "seed": seed, "size": size, "samples": n}
+    if (out_dir / "manifest.json").is_file():
+        manifest = read_manifest(out_dir)
+        if manifest.get("complete") and manifest.get("features") == features:
+            return manifest
+    writer = ShardSetWriter(out_dir, max_count=shard_size, features=features)
+    start, t0 = writer.inputs_done, time.time()
+    with writer:
+        for i in range(start, n):
+            sample = make_sample(i, seed, split, size, with_negatives, partner)
+            if partner and sample.partner is None:
+                writer.skip("no renderable partner")
+            else:
+                writer.add(sample)
+            if progress and ((i + 1) % 250 == 0 or i + 1 == n):
+                rate = (i + 1 - start) / max(1e-6, time.time() - t0)
+                print(f"\r  {out_dir.name}: {i + 1}/{n} samples ({rate:.0f}/s)", end="",
+                      file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    return read_manifest(out_dir)

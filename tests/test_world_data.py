@@ -1,0 +1,249 @@
+"""The synthetic world's outputs: one build, then training shards (schema, held-out leaks,
+partners, resume) and every benchmark file read back in its real on-disk format."""
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from datagen.schema import ShardSample
+from datagen.shards import iter_raw_samples, shard_urls, verify_shard_set
+from datagen.world import Split, parse, satisfies
+from datagen.world.benchmarks import (BIVLC_COLUMNS, SUGARCREPE_PP_SUBSETS, SUGARCREPE_SUBSETS,
+                                      VISLA_GENERIC_HEADER, VISLA_SPATIAL_HEADER, BenchSizes)
+from datagen.world.cli import build, main
+from datagen.world.edits import mirror_scene
+from datagen.world.layout import Layout, Placed
+from datagen.world.scene import Obj
+from datagen.world.shards import write_train_set
+
+SCALE = 0.1
+TRAIN = 120
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    out = tmp_path_factory.mktemp("world")
+    summary = build(out, seed=3, train_size=TRAIN, size=64, negatives=True, partners="all",
+                    bench_scale=SCALE, shard_size=50, progress=False)
+    return out, summary
+
+
+def _samples(directory):
+    for url in shard_urls(directory):
+        for raw in iter_raw_samples(url):
+            yield ShardSample.from_wds(raw)
+
+
+def _layout(meta) -> Layout:
+    objs = [Obj(**o) for o in meta["scene"]["objects"]]
+    return Layout(64, tuple(Placed(o, p["cx"], p["cy"], p["r"], 0.0, (0, 0, 0))
+                            for o, p in zip(objs, meta["layout"])))
+
+
+# ------------------------------------------------------------------------------ training
+
+def test_training_sets_follow_the_schema(world):
+    out, summary = world
+    for name, partner in [("train", None), ("train_generated", "generated"), ("train_mirrored", "mirrored")]:
+        totals = verify_shard_set(out / name)
+        assert totals["samples"] == summary["sets"][name] > 0.9 * TRAIN
+        manifest = json.loads((out / name / "manifest.json").read_text())
+        assert manifest["complete"] and manifest["features"]["partner"] == partner
+        assert totals["negatives"] > 3 * totals["samples"]
+        if partner:
+            assert totals["partners"] == totals["samples"]
+
+
+def test_no_heldout_composition_leaks_into_training(world):
+    out, _ = world
+    split = Split.load(out / "split.json")
+    assert split.bindings and split.relations
+    checked = 0
+    for name in ("train", "train_generated", "train_mirrored"):
+        for s in _samples(out / name):
+            texts = [s.caption] + [n.text for n in s.negatives]
+            if s.partner:
+                texts.append(s.partner.caption)
+            for text in texts:
+                assert not split.spec_heldout(parse(text)), (name, s.key, text)
+            layout = _layout(s.meta)  # the image: its objects and every relation that holds
+            assert not split.image_heldout(layout), (name, s.key)
+            assert satisfies(layout, parse(s.caption))
+            checked += 1
+    assert checked >= 3 * 0.9 * TRAIN
+
+
+def test_heldout_check_catches_a_leak(world):
+    """Positive control: the same checks flag benchmark items, which are held out by design."""
+    out, _ = world
+    split = Split.load(out / "split.json")
+    data = json.loads((out / "benchmarks" / "sugarcrepe" / "swap_att.json").read_text())
+    assert all(split.spec_heldout(parse(d["caption"])) for d in data.values())
+
+
+def test_partners(world):
+    out, _ = world
+    for s in _samples(out / "train_generated"):
+        assert s.partner.kind == "generated"
+        neg = s.negatives[s.partner.negative_index]
+        assert s.partner.caption == neg.text
+        assert Image.open(io.BytesIO(s.partner.image)).size == (64, 64)
+    for s in _samples(out / "train_mirrored"):
+        assert s.partner.kind == "mirrored" and s.partner.negative_index is None
+        assert parse(s.partner.caption).same_as(mirror_scene(parse(s.caption)))
+        assert not parse(s.partner.caption).same_as(parse(s.caption))
+        a = np.asarray(Image.open(io.BytesIO(s.image)).convert("L"), dtype=float)
+        b = np.asarray(Image.open(io.BytesIO(s.partner.image)).convert("L"), dtype=float)
+        assert np.abs(a - b[:, ::-1]).mean() < 4 < np.abs(a - b).mean()
+
+
+def test_resume_is_byte_identical(tmp_path, monkeypatch):
+    split = Split.make(1)
+    write_train_set(tmp_path / "full", 45, 1, split, with_negatives=True, shard_size=10, progress=False)
+    import datagen.world.shards as shards
+    real = shards.make_sample
+
+    def dies_at_33(i, *args, **kwargs):
+        if i == 33:
+            raise KeyboardInterrupt
+        return real(i, *args, **kwargs)
+    monkeypatch.setattr(shards, "make_sample", dies_at_33)
+    with pytest.raises(KeyboardInterrupt):
+        write_train_set(tmp_path / "resumed", 45, 1, split, with_negatives=True, shard_size=10,
+                        progress=False)
+    assert len(list((tmp_path / "resumed").glob("*.tar"))) == 3
+    monkeypatch.setattr(shards, "make_sample", real)
+    write_train_set(tmp_path / "resumed", 45, 1, split, with_negatives=True, shard_size=10, progress=False)
+    full, resumed = sorted((tmp_path / "full").glob("*.tar")), sorted((tmp_path / "resumed").glob("*.tar"))
+    assert [p.name for p in full] == [p.name for p in resumed] and len(full) == 5
+    for a, b in zip(full, resumed):
+        assert a.read_bytes() == b.read_bytes(), a.name
+
+
+# ---------------------------------------------------------------------------- benchmarks
+
+def _expected(name: str) -> int:
+    return getattr(BenchSizes().scaled(SCALE), name)
+
+
+def _read_tsv(path: Path):
+    raw = path.read_bytes()
+    assert b"\r\n" in raw and not raw.endswith(b"\n")
+    return list(csv.reader(io.StringIO(raw.decode("utf-8"), newline=""), delimiter="\t"))
+
+
+def test_visla_tsvs(world, shared_benchmarks):
+    out, _ = world
+    split = Split.load(out / "split.json")
+    root = out / "benchmarks" / "visla"
+    for file, header, n in [("Generic_VISLA.tsv", VISLA_GENERIC_HEADER, _expected("visla_generic")),
+                            ("Spatial_VISLA.tsv", VISLA_SPATIAL_HEADER, _expected("visla_spatial"))]:
+        real = (shared_benchmarks / "visla" / file).read_bytes().split(b"\r\n")[0].decode()
+        rows = _read_tsv(root / file)
+        assert "\t".join(rows[0]) == real == "\t".join(header)  # the real file's exact header
+        assert len(rows) - 1 == n
+        for row in rows[1:]:
+            assert len(row) == len(header) and (root / "images" / row[0]).is_file()
+            p1, p2, neg = parse(row[1]), parse(row[2]), parse(row[3])
+            assert p1.same_as(p2) and row[1] != row[2] and not p1.same_as(neg)
+            assert split.spec_heldout(p1)
+        if file.startswith("Spatial"):
+            assert all(parse(r[1]).relations for r in rows[1:])
+
+
+def test_sugarcrepe_json(world, shared_benchmarks):
+    out, _ = world
+    root = out / "benchmarks" / "sugarcrepe"
+    real = json.loads((shared_benchmarks / "sugarcrepe" / "swap_att.json").read_text())
+    for subset in SUGARCREPE_SUBSETS:
+        data = json.loads((root / f"{subset}.json").read_text())
+        assert isinstance(data, dict) and len(data) == _expected("sugarcrepe")
+        assert list(data) == [str(i) for i in range(len(data))]
+        for d in data.values():
+            assert set(d) == set(real["0"])
+            assert (root / "images" / d["filename"]).is_file()
+            assert not parse(d["caption"]).same_as(parse(d["negative_caption"]))
+        if subset.startswith("add_obj"):
+            assert all(len(parse(d["negative_caption"]).objects) > len(parse(d["caption"]).objects)
+                       for d in data.values())
+
+
+def test_sugarcrepe_pp_json(world, shared_benchmarks):
+    out, _ = world
+    root = out / "benchmarks" / "sugarcrepe_pp"
+    real = json.loads((shared_benchmarks / "sugarcrepe_pp" / "swap_obj.json").read_text())
+    for subset in SUGARCREPE_PP_SUBSETS:
+        data = json.loads((root / f"{subset}.json").read_text())
+        assert isinstance(data, list) and len(data) == _expected("sugarcrepe_pp")
+        for i, d in enumerate(data):
+            assert set(d) == set(real[0]) and d["id"] == i
+            assert (root / "images" / d["filename"]).is_file()
+            assert parse(d["caption"]).same_as(parse(d["caption2"]))
+            assert not parse(d["caption"]).same_as(parse(d["negative_caption"]))
+
+
+def test_bivlc_dataset(world):
+    import datasets
+    out, _ = world
+    ds = datasets.load_from_disk(str(out / "benchmarks" / "bivlc"))
+    assert isinstance(ds, datasets.Dataset) and ds.column_names == list(BIVLC_COLUMNS)
+    assert len(ds) == _expected("bivlc")
+    assert {(r["type"], r["subtype"]) for r in ds} <= {tuple(s.split("_")) for s in SUGARCREPE_SUBSETS}
+    row = ds[0]
+    assert isinstance(row["image"], Image.Image) and isinstance(row["negative_image"], Image.Image)
+    assert row["image"].tobytes() != row["negative_image"].tobytes()
+    assert not parse(row["caption"]).same_as(parse(row["negative_caption"]))
+
+
+def test_aro_files(world):
+    out, _ = world
+    aro = out / "benchmarks" / "aro"
+    for file, n in [("visual_genome_relation.json", _expected("vg_relation")),
+                    ("visual_genome_attribution.json", _expected("vg_attribution"))]:
+        items = json.loads((aro / file).read_text())
+        assert len(items) == n
+        for it in items:  # the fields the reference loader (aro_datasets.py) reads
+            image = Image.open(aro / "images" / it["image_path"]).convert("RGB")
+            crop = image.crop((it["bbox_x"], it["bbox_y"], it["bbox_x"] + it["bbox_w"],
+                               it["bbox_y"] + it["bbox_h"]))
+            assert crop.size[0] > 8 and crop.size[1] > 8
+            t, f = parse(it["true_caption"]), parse(it["false_caption"])
+            assert not t.same_as(f)
+            if "relation" in file:
+                assert it["relation_name"] in ("to the left of", "to the right of", "above", "below")
+            else:
+                assert len(it["attributes"]) == 2
+                assert sorted(w for o in t.objects for w in o.phrase().split()) == \
+                    sorted(w for o in f.objects for w in o.phrase().split())  # a pure swap
+    for file, folder in [("coco_karpathy_test.json", "coco_images"),
+                         ("flickr30k_test.json", "flickr30k_images")]:
+        items = json.loads((aro / file).read_text())
+        assert len(items) == _expected("order_images")
+        for it in items:
+            assert (aro / folder / it["image"]).is_file() and len(it["caption"]) == 5
+            scenes = [parse(c) for c in it["caption"]]
+            assert all(s.same_as(scenes[0]) for s in scenes)
+
+
+def test_build_is_deterministic(world, tmp_path):
+    out, _ = world
+    again = tmp_path / "again"
+    assert main(["build", "--out", str(again), "--seed", "3", "--train-size", "30",
+                 "--bench-scale", "0.02", "--quiet"]) == 0
+    other = tmp_path / "other"
+    build(other, seed=4, train_size=30, bench_scale=0.02, progress=False)
+    assert (again / "split.json").read_bytes() == (out / "split.json").read_bytes()
+    assert (again / "split.json").read_bytes() != (other / "split.json").read_bytes()
+    # same seed: the first training samples are identical; a different seed differs
+    a = next(_samples(out / "train"))
+    b = next(_samples(again / "train"))
+    c = next(_samples(other / "train"))
+    assert a.image == b.image and a.caption == b.caption and a.image != c.image
+    rebuilt = tmp_path / "rebuilt"
+    build(rebuilt, seed=3, train_size=30, bench_scale=0.02, progress=False)
+    for path in sorted((again / "benchmarks").rglob("*.json")) + sorted((again / "benchmarks").rglob("*.tsv")):
+        assert path.read_bytes() == (rebuilt / path.relative_to(again)).read_bytes(), path
