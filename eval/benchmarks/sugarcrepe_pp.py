@@ -1,0 +1,60 @@
+"""SugarCrepe++ (Dumpala et al. 2024): VISLA's triplet task on SugarCrepe's images, 4,757 items.
+
+Files: `<root>/sugarcrepe_pp/<subset>.json` for replace_att, replace_obj, replace_rel, swap_att,
+swap_obj; each a JSON list of {id, filename, caption, caption2, negative_caption} = P1, P2, N.
+Images: COCO val2017 (`sugarcrepe_pp/images/`, then `coco/val2017`). Metrics per subset (strict):
+I2T, P1-N, P2-N, T2T (T2T alone for a text-only scorer), plus their micro average over all
+items (`all/<metric>`) and the macro average over subsets (`macro/<metric>`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from eval.benchmarks.base import Benchmark, BenchmarkResult, MissingData
+from eval.benchmarks.triplet import read_scpp_json, score_triplets
+from eval.images import resolve_files
+from eval.metrics import accuracy
+from eval.registry import register_benchmark
+
+SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
+
+
+@register_benchmark
+class SugarCrepePP(Benchmark):
+    name = "sugarcrepe_pp"
+    needs_images = False
+    primary = "macro/i2t"
+    option_names = ("subsets",)
+
+    def _load(self):
+        subsets = tuple(self.options.get("subsets", SUBSETS))
+        if set(subsets) - set(SUBSETS):
+            raise ValueError(f"sugarcrepe_pp: unknown subset(s) {sorted(set(subsets) - set(SUBSETS))}")
+        self.check_files([self.path(f"{s}.json") for s in subsets])
+        self.subsets = {s: read_scpp_json(self.path(f"{s}.json")) for s in subsets}
+        self.image_paths = None
+        if self.require_images:
+            self.image_paths, missing = resolve_files(
+                (t.image for ts in self.subsets.values() for t in ts), self.image_dirs())
+            if missing:
+                raise MissingData(self.name, missing, self.data_root, images=True)
+
+    def _score(self, cache, per_instance):
+        with_images = cache.supports_images and self.image_paths is not None
+        notes = [] if with_images else ["sugarcrepe_pp: text-only scoring, T2T only"]
+        headline, categories, instances, all_masks = {}, {}, [], {}
+        for subset, triplets in self.subsets.items():
+            masks = score_triplets(cache, triplets, self.image_paths if with_images else None)
+            categories[subset] = {m: accuracy(v) for m, v in masks.items()} | {"n": len(triplets)}
+            for m, v in masks.items():
+                headline[f"{subset}/{m}"] = accuracy(v)
+                all_masks.setdefault(m, []).append(v)
+            if per_instance:
+                instances += [{"subset": subset, "source": t.source, **{k: bool(v[i]) for k, v in masks.items()}}
+                              for i, t in enumerate(triplets)]
+        for m, parts in all_masks.items():
+            headline[f"all/{m}"] = accuracy(np.concatenate(parts))
+            headline[f"macro/{m}"] = float(np.mean([accuracy(p) for p in parts]))
+        counts = {s: len(t) for s, t in self.subsets.items()}
+        return BenchmarkResult(self.name, headline, categories, instances if per_instance else None,
+                               notes, counts)

@@ -1,0 +1,102 @@
+"""Regression guard: zero-shot classification on CIFAR-10, CIFAR-100 and ImageNet (val).
+
+Files under `<root>/zeroshot/`: `cifar-10-batches-py/{test_batch,batches.meta}` and
+`cifar-100-python/{test,meta}` (the official python pickles as the CIFAR tarballs unpack), and
+`imagenet/val/<wnid>/<images>` (1000 class folders; sorted wnid order = open_clip's
+`IMAGENET_CLASSNAMES` order). Class prompts use open_clip's OpenAI ImageNet templates
+(`templates: simple` for its 2-template set); a class embedding is the normalised mean of its
+normalised prompt embeddings. Top-1 (and top-5) accuracy by argmax. Datasets whose files are
+absent are skipped with a note. `max_images` keeps the first N test images of each dataset.
+"""
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES, OPENAI_IMAGENET_TEMPLATES, SIMPLE_IMAGENET_TEMPLATES
+
+from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, MissingData
+from eval.images import ArrayImage, FileImage
+from eval.registry import register_benchmark
+
+DATASETS = {"cifar10": "cifar-10-batches-py/test_batch", "cifar100": "cifar-100-python/test",
+            "imagenet": "imagenet/val"}
+
+
+def _unpickle(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f, encoding="latin1")
+    except Exception as e:
+        raise DataError(f"{path}: not a CIFAR python pickle ({e})") from e
+
+
+def load_cifar(root: Path, which: str):
+    """(images [N, 32, 32, 3] uint8, labels, class names) from the official pickles."""
+    if which == "cifar10":
+        data, meta, label_key, names_key = root / "cifar-10-batches-py/test_batch", \
+            root / "cifar-10-batches-py/batches.meta", "labels", "label_names"
+    else:
+        data, meta, label_key, names_key = root / "cifar-100-python/test", \
+            root / "cifar-100-python/meta", "fine_labels", "fine_label_names"
+    d, m = _unpickle(data), _unpickle(meta)
+    for key, src, path in (("data", d, data), (label_key, d, data), (names_key, m, meta)):
+        if key not in src:
+            raise DataError(f"{path}: missing key '{key}'")
+    images = np.asarray(d["data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    return images, list(d[label_key]), [n.replace("_", " ") for n in m[names_key]]
+
+
+def load_imagenet(root: Path):
+    from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
+    classes, class_to_idx = find_classes(str(root))
+    if len(classes) != len(IMAGENET_CLASSNAMES):
+        raise DataError(f"{root}: expected {len(IMAGENET_CLASSNAMES)} class folders, found {len(classes)}")
+    samples = make_dataset(str(root), class_to_idx, extensions=IMG_EXTENSIONS)
+    return [p for p, _ in samples], [y for _, y in samples], list(IMAGENET_CLASSNAMES)
+
+
+@register_benchmark
+class ZeroShot(Benchmark):
+    name = "zeroshot"
+    needs_images = True
+    primary = "imagenet/top1"
+    option_names = ("datasets", "templates", "max_images")
+
+    def _load(self):
+        root = self.path()
+        wanted = tuple(self.options.get("datasets", DATASETS))
+        present = [d for d in wanted if (root / DATASETS[d]).exists()]
+        if not present:
+            raise MissingData(self.name, [str(root / DATASETS[d]) for d in wanted], self.data_root)
+        self.notes += [f"zeroshot/{d} skipped: {root / DATASETS[d]} not found" for d in wanted if d not in present]
+        templates = self.options.get("templates", "openai")
+        self.templates = SIMPLE_IMAGENET_TEMPLATES if templates == "simple" else OPENAI_IMAGENET_TEMPLATES
+        limit = self.options.get("max_images")
+        self.sets = {}
+        for d in present:
+            if d == "imagenet":
+                paths, labels, names = load_imagenet(root / DATASETS[d])
+                refs = [FileImage(p) for p in paths]
+            else:
+                images, labels, names = load_cifar(root, d)
+                refs = [ArrayImage(d, i, images) for i in range(len(images))]
+            self.sets[d] = (refs[:limit], labels[:limit], names)
+
+    def _score(self, cache, per_instance):
+        headline, categories = {}, {}
+        for d, (refs, labels, names) in self.sets.items():
+            prompts = [t(c) for c in names for t in self.templates]
+            emb = cache.texts(prompts).view(len(names), len(self.templates), -1)
+            classifier = F.normalize(F.normalize(emb, dim=-1).mean(1), dim=-1)
+            logits = cache.images(refs) @ classifier.T
+            y = torch.tensor(labels)
+            top = logits.topk(min(5, len(names)), dim=-1).indices
+            headline[f"{d}/top1"] = float((logits.argmax(-1) == y).float().mean())
+            headline[f"{d}/top5"] = float((top == y[:, None]).any(-1).float().mean())
+            categories[d] = {"top1": headline[f"{d}/top1"], "top5": headline[f"{d}/top5"], "n": len(refs)}
+        return BenchmarkResult(self.name, headline, categories,
+                               counts={d: len(s[0]) for d, s in self.sets.items()})

@@ -1,0 +1,221 @@
+"""`python -m eval download`: fetch each benchmark from its official source into a data root.
+
+`SOURCES` is the whole table: GitHub files pinned to a commit (raw.githubusercontent.com), with
+the sha256 of the files that are fixed (those of `../shared/benchmarks/SHA256SUMS`); the ARO
+annotation files and image zip from the Google Drive ids its reference loaders use; the Karpathy
+test splits from the BLIP bucket ARO reads; COCO image zips; CIFAR tarballs (md5 as torchvision
+checks); the Hugging Face dataset `imirandam/BiVLC` at a pinned revision, saved with
+`save_to_disk`. Large image archives are fetched only with `--images`. Files are written to a
+temporary name, checked, then renamed; a present file with a wrong checksum is fetched again.
+Flickr30k and ImageNet images need a licence sign-up: the command prints where to put them.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+log = logging.getLogger(__name__)
+
+GITHUB = {  # repository @ commit, as pinned in ../shared/benchmarks/README.md
+    "visla": ("Sri-Harsha/visla_benchmark", "adedd6974a34"),
+    "sugarcrepe": ("RAIVNLab/sugar-crepe", "0047054b2439"),
+    "sugarcrepe_pp": ("Sri-Harsha/scpp", "c083bbf039a5"),
+}
+SHA256 = {
+    "sugarcrepe/add_att.json": "012d88d729693d193760e6f3393b06a1cf874380a9db0062e937201199fe044d",
+    "sugarcrepe/add_obj.json": "1b9d76b93139a937b8dc1ada92a4f05ecc821bb3c291d752428bafadd4bb0682",
+    "sugarcrepe/replace_att.json": "9fe55fd4c0a9ad1f85d486d9f6d0215b41f867eb025026e7f7b5ce44352545ee",
+    "sugarcrepe/replace_obj.json": "9d299600639947e9d15281a9ded1382b376cf4ea088a8d08a1314bfe76e81898",
+    "sugarcrepe/replace_rel.json": "356bcc2fc4c6aed3f4d9fd50acc58489bb1fe70c28791f9368d4cbf9ea39cdc9",
+    "sugarcrepe/swap_att.json": "7a7ce04e5c4c80412b48c6f0c1347fb1a2f5d54c0be6aa429b64d390e442f8d0",
+    "sugarcrepe/swap_obj.json": "073cdb8e253d053614e80710834d9773b09dbc1dd0a412f6f9492262caa1dcad",
+    "sugarcrepe_pp/replace_att.json": "6826413592894754eeca02aeebbcbbc8b95a7456998abcc714e71c033ce6fe87",
+    "sugarcrepe_pp/replace_obj.json": "5c6dc499ec8f511a8aa4ec1b7b5eb0eca90317488abe36ec39573355e2d361ab",
+    "sugarcrepe_pp/replace_rel.json": "040fb95d3f0619bf515db60879e99709a87a5e9b4f524ec3403b127243480fd4",
+    "sugarcrepe_pp/swap_att.json": "450d0fd9fcad3e6f44950dc634e7f901ab1c6d9c60a569ade5ae8ffb3d203ad8",
+    "sugarcrepe_pp/swap_obj.json": "5f33cae824de431a7ecd3c5de6301f689815f9497aa36d96b154bbaf117b201b",
+    "visla/Generic_VISLA.tsv": "99cad867a688d70af10e08ed2548720c95f88d774fb3e5e41bf6fddcab3fc6a6",
+    "visla/Spatial_VISLA.tsv": "f1ec14db70183bf6748cf71324e98062f9f7c395d8202f60dbfabb7a6f1ab891",
+}
+BIVLC_REPO, BIVLC_REVISION = "imirandam/BiVLC", "69d8982f28ffcdcc57982f3cf3ebbde514e519e3"
+DRIVE = "https://drive.usercontent.google.com/download?id={}&export=download&confirm=t"
+BLIP = "https://storage.googleapis.com/sfr-vision-language-research/datasets/{}"
+COCO = "http://images.cocodataset.org/zips/{}.zip"
+
+
+@dataclass(frozen=True)
+class Source:
+    benchmark: str
+    dest: str  # relative to the data root: the file, or the folder an archive unpacks into
+    url: str
+    kind: str = "file"  # file | zip | tar | hf
+    sha256: Optional[str] = None
+    md5: Optional[str] = None
+    images: bool = False  # large image archive: only with --images
+
+
+def github(bench: str, path: str, dest: str) -> Source:
+    repo, commit = GITHUB[bench]
+    return Source(bench, dest, f"https://raw.githubusercontent.com/{repo}/{commit}/{path}", sha256=SHA256[dest])
+
+
+def _sources() -> list[Source]:
+    from eval.benchmarks.sugarcrepe import SUBSETS as SC
+    from eval.benchmarks.sugarcrepe_pp import SUBSETS as SCPP
+    out = [github("visla", f"data/{f}", f"visla/{f}") for f in ("Generic_VISLA.tsv", "Spatial_VISLA.tsv")]
+    out += [github("sugarcrepe", f"data/{s}.json", f"sugarcrepe/{s}.json") for s in SC]
+    out += [github("sugarcrepe_pp", f"data/{s}.json", f"sugarcrepe_pp/{s}.json") for s in SCPP]
+    for bench in ("visla", "sugarcrepe", "sugarcrepe_pp"):
+        out.append(Source(bench, "coco", COCO.format("val2017"), "zip", images=True))  # -> coco/val2017/
+    out.append(Source("visla", "coco", COCO.format("train2017"), "zip", images=True))  # spatial uses train too
+    out.append(Source("bivlc", "bivlc", f"hf://datasets/{BIVLC_REPO}@{BIVLC_REVISION}", "hf"))
+    out += [Source("aro", "aro/visual_genome_relation.json", DRIVE.format("1kX2iCHEv0CADL8dSO1nMdW-V0NqIAiP3")),
+            Source("aro", "aro/visual_genome_attribution.json", DRIVE.format("13tWvOrNOLHxl3Rm9cR3geAdHx2qR3-Tw")),
+            Source("aro", "aro", DRIVE.format("1qaPlrwhGNMrR3a11iopZUT_GPP_LrgP9"), "zip", images=True),  # -> aro/images/
+            Source("aro", "aro/coco_images", COCO.format("val2014"), "zip", images=True)]  # -> aro/coco_images/val2014/
+    for bench in ("aro", "retrieval"):
+        out += [Source(bench, f"{bench}/{f}", BLIP.format(f)) for f in ("coco_karpathy_test.json", "flickr30k_test.json")]
+    out += [Source("zeroshot", "zeroshot", "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz", "tar",
+                   md5="c58f30108f718f92721af3b95e74349a"),
+            Source("zeroshot", "zeroshot", "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz", "tar",
+                   md5="eb9058c3a382ffc7106e4002c42a8d85")]
+    return out
+
+
+SOURCES = _sources()
+DIAGNOSTIC_DATA = {"visla_lexical": ["visla"], "left_right": ["aro"]}
+MANUAL = {
+    "aro": "Flickr30k images need a sign-up (https://forms.illinois.edu/sec/229675): put them under "
+           "<root>/aro/flickr30k_images/flickr30k-images/",
+    "retrieval": "COCO val2014 and Flickr30k images are read from <root>/aro/coco_images and "
+                 "<root>/aro/flickr30k_images (python -m eval download aro --images)",
+    "zeroshot": "ImageNet needs a licence: put the validation set as <root>/zeroshot/imagenet/val/<wnid>/*.JPEG",
+}
+
+
+def digest(path: Path, algo: str = "sha256") -> str:
+    h = hashlib.new(algo)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fetch(url: str, dest: Path) -> None:
+    """Stream `url` (http(s) or file://) to `dest`."""
+    req = urllib.request.Request(url, headers={"User-Agent": "compclip-eval"})
+    with urllib.request.urlopen(req, timeout=60) as r, open(dest, "wb") as f:
+        shutil.copyfileobj(r, f, length=1 << 20)
+
+
+def _check(src: Source, path: Path) -> Optional[str]:
+    """None if the checksum matches (or none is pinned), else the problem."""
+    for algo, want in (("sha256", src.sha256), ("md5", src.md5)):
+        if want and (got := digest(path, algo)) != want:
+            return f"{path}: {algo} {got} != expected {want} (from {src.url})"
+    return None
+
+
+def _get_file(src: Source, root: Path, force: bool) -> None:
+    dest = root / src.dest
+    if dest.is_file() and not force:
+        problem = _check(src, dest)
+        if problem is None:
+            log.info("ok      %s", dest)
+            return
+        log.warning("corrupt %s; fetching again", problem)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
+    os.close(fd)
+    try:
+        log.info("fetch   %s -> %s", src.url, dest)
+        fetch(src.url, Path(tmp))
+        problem = _check(src, Path(tmp))
+        if problem:
+            raise ValueError(f"download check failed: {problem}")
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _get_archive(src: Source, root: Path, force: bool) -> None:
+    target = root / src.dest
+    stamp = target / f".done-{hashlib.sha1(src.url.encode()).hexdigest()[:12]}"  # one marker per archive
+    if stamp.exists() and not force:
+        log.info("ok      %s (unpacked)", target)
+        return
+    target.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target, prefix=".archive.")
+    os.close(fd)
+    try:
+        log.info("fetch   %s -> %s", src.url, target)
+        fetch(src.url, Path(tmp))
+        problem = _check(src, Path(tmp))
+        if problem:
+            raise ValueError(f"download check failed: {problem}")
+        if src.kind == "zip":
+            with zipfile.ZipFile(tmp) as z:
+                z.extractall(target)
+        else:
+            with tarfile.open(tmp) as t:
+                t.extractall(target, filter="data")
+        stamp.touch()
+    finally:
+        os.remove(tmp)
+
+
+def _get_hf(src: Source, root: Path, force: bool) -> None:
+    target = root / src.dest
+    if (target / "dataset_info.json").exists() and not force:
+        log.info("ok      %s", target)
+        return
+    import datasets
+    log.info("fetch   %s@%s (test split) -> %s", BIVLC_REPO, BIVLC_REVISION, target)
+    ds = datasets.load_dataset(BIVLC_REPO, split="test", revision=BIVLC_REVISION)
+    ds.save_to_disk(str(target))
+
+
+def sources_for(benchmarks: Iterable[str], images: bool) -> list[Source]:
+    from eval.registry import get_benchmark
+    names = []
+    for b in benchmarks:
+        get_benchmark(b)  # unknown names fail here, with the list of known ones
+        names += DIAGNOSTIC_DATA.get(b, [b])
+    seen, out = set(), []
+    for s in SOURCES:
+        if s.benchmark in names and (images or not s.images) and (s.dest, s.url) not in seen:
+            seen.add((s.dest, s.url))
+            out.append(s)
+    return out
+
+
+def download(benchmarks: Iterable[str], data_root: str | Path, images: bool = False, force: bool = False,
+             sources: Optional[list[Source]] = None) -> list[Source]:
+    """Fetch what the benchmarks need (their image archives too with `images`)."""
+    root = Path(data_root)
+    benchmarks = list(benchmarks)
+    todo = sources if sources is not None else sources_for(benchmarks, images)
+    failed = []
+    for src in todo:
+        try:
+            {"file": _get_file, "zip": _get_archive, "tar": _get_archive, "hf": _get_hf}[src.kind](src, root, force)
+        except Exception as e:  # keep going; report every failure at the end
+            failed.append(f"{src.dest} <- {src.url}: {e}")
+    for b in benchmarks:
+        if b in MANUAL:
+            log.info("note    %s", MANUAL[b])
+    if not images and any(s.images for s in SOURCES if s.benchmark in benchmarks):
+        log.info("note    image archives were not fetched; add --images to fetch them")
+    if failed:
+        raise RuntimeError("some downloads failed:\n  " + "\n  ".join(failed))
+    return todo
