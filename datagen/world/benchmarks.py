@@ -55,7 +55,10 @@ class BenchSizes:
     order_images: int = 100  # 5 captions each
 
     def scaled(self, factor: float) -> "BenchSizes":
-        return BenchSizes(**{k: max(1, round(v * factor)) for k, v in self.__dict__.items()})
+        sizes = {k: max(1, round(v * factor)) for k, v in self.__dict__.items()}
+        # whole groups of 25, at least one: ARO's filter would drop a smaller group entirely
+        sizes["vg_attribution"] = 25 * max(1, round(sizes["vg_attribution"] / 25))
+        return BenchSizes(**sizes)
 
 
 @dataclass
