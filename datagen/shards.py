@@ -93,10 +93,23 @@ class ShardSetWriter:
 
     def add(self, sample: ShardSample, inputs: int = 1) -> None:
         """Write one sample that consumed `inputs` input items."""
-        for member, value in sample.to_wds().items():
-            if member.startswith("__"):
-                continue
-            info = tarfile.TarInfo(f"{sample.key}.{member}")
+        members = {k: v for k, v in sample.to_wds().items() if not k.startswith("__")}
+        self._write(sample.key, members, inputs)
+
+    def add_raw(self, raw: dict[str, Any], inputs: int = 1,
+                extra: Optional[dict[str, bytes]] = None) -> None:
+        """Copy a raw sample (`iter_raw_samples`) member for member, bytes untouched, with
+        `extra` members added or replaced (e.g. `nn.json`); checked against the schema first.
+        Used to rewrite a shard set without re-encoding its images."""
+        members = {k: v for k, v in raw.items() if not k.startswith("__")}
+        members.update(extra or {})
+        key = raw["__key__"]
+        ShardSample.from_wds({"__key__": key, **members}, require_image=False)
+        self._write(key, members, inputs)
+
+    def _write(self, key: str, members: dict[str, bytes], inputs: int) -> None:
+        for member, value in members.items():
+            info = tarfile.TarInfo(f"{key}.{member}")
             info.size, info.mtime, info.mode = len(value), 0, 0o444  # mtime 0: reproducible bytes
             self._tar.addfile(info, io.BytesIO(value))
             self._bytes += len(value) + 512

@@ -1,0 +1,189 @@
+"""train.py end to end on tiny fixture shards (single process, in-process): recipe errors, eval
+metrics in TensorBoard and eval.jsonl, checkpoints open_clip loads, NaN stop, best pointer."""
+import json
+import sys
+import types
+
+import open_clip
+import pytest
+import torch
+
+from trainer import train
+from trainer.fixtures import write_fixture_shards
+
+RECIPE = """
+name: tiny
+seed: 3
+model: {{arch: micro-vit-32}}
+data: {{train_shards: ["{shards}"], samples_per_epoch: 32, batch_size: 8, workers: 0, shuffle_buffer: 16,
+        partner: generated}}
+negatives: {{per_image: 2}}
+optim: {{lr: 1.0e-3, grad_clip: 1.0}}
+schedule: {{epochs: 2, warmup_steps: 1}}
+logging: {{output_dir: "{out}", every_n_steps: 1, progress: false}}
+checkpoint: {{keep_last: 1}}
+"""
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    return write_fixture_shards(tmp_path_factory.mktemp("tr") / "set", n=48, partner="generated")
+
+
+@pytest.fixture
+def recipe(tmp_path, shards):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(RECIPE.format(shards=shards, out=tmp_path / "runs"))
+    return path
+
+
+def run(argv):
+    """train.main in this process; accelerate's singletons are reset afterwards."""
+    from accelerate.state import AcceleratorState, GradientState
+    try:
+        return train.main([str(a) for a in argv])
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+
+
+@pytest.fixture
+def fake_eval(monkeypatch):
+    """Stands in for eval.api (owned by the eval engineer): scores with the real scorer."""
+    calls = []
+
+    def evaluate(scorer, benchmarks, data_root, options):
+        from PIL import Image
+        img = scorer.encode_images([Image.new("RGB", (32, 32), (200, 0, 0))])
+        txt = scorer.encode_texts(["a red square", "a blue square"])
+        calls.append((scorer, benchmarks, data_root, options))
+        sims = (img @ txt.T)[0]
+        return {f"{b}/acc": float(sims[0] > sims[1]) for b in benchmarks} | {"fake/margin": float(sims[0] - sims[1])}
+
+    module = types.ModuleType("eval.api")
+    module.evaluate = evaluate
+    monkeypatch.setitem(sys.modules, "eval.api", module)
+    return calls
+
+
+def test_bad_recipe_exits_2_with_one_line(recipe, capsys):
+    assert run([recipe, "optim.lrr=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "unknown key 'optim.lrr' (did you mean 'optim.lr'?)" in err
+
+
+def test_recipe_shards_mismatch_exits_2_naming_set_and_key(recipe, shards, capsys):
+    assert run([recipe, "data.partner=neighbour"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(shards) in err and "features.neighbours" in err
+
+
+def test_missing_eval_api_fails_before_training(recipe, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "eval.api", None)  # import fails
+    assert run([recipe, "eval.benchmarks=[fake]"]) == 2
+    assert "eval.api" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_end_to_end_eval_metrics_in_tensorboard(recipe, tmp_path, fake_eval):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    assert run([recipe, "eval.benchmarks=[fake]", "eval.data_root=/nowhere",
+                "checkpoint.best_metric=eval/fake/margin"]) == 0
+    run_dir = tmp_path / "runs" / "tiny"
+    assert len(fake_eval) == 2 and fake_eval[0][1:3] == (["fake"], "/nowhere")
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"eval/fake/acc", "eval/fake/margin", "train/loss", "train/lr", "train/logit_scale",
+            "train/samples_per_s", "train/memory_mb"} <= tags
+    assert [e.step for e in events.Scalars("eval/fake/acc")] == [4, 8]
+    lines = [json.loads(l) for l in (run_dir / "eval.jsonl").read_text().splitlines()]
+    assert [l["epoch"] for l in lines] == [1, 2] and "fake/margin" in lines[0]["metrics"]
+    ckpts = run_dir / "checkpoints"
+    assert (ckpts / "latest").read_text().strip() == "step-0000008.pt"
+    best = (ckpts / "best").read_text().strip()
+    assert (ckpts / best).is_file()  # the best survives keep_last=1
+    meta = json.loads((ckpts / "step-0000008.json").read_text())
+    assert meta["step"] == 8 and meta["epoch"] == 2 and "fake/margin" in meta["metrics"]
+    # plain open_clip loads the weights with identical outputs
+    model, _, _ = open_clip.create_model_and_transforms("micro-vit-32", pretrained=str(ckpts / "step-0000008.pt"))
+    state = torch.load(ckpts / "step-0000008.pt")["state_dict"]
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
+
+
+def test_nan_loss_stops_naming_step_and_keys(recipe, capsys):
+    assert run([recipe, "loss.logit_scale_init=.nan"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "loss is nan at step 1 (epoch 0); batch sample keys: s" in err
+
+
+def test_too_few_samples_for_a_step_exits_2(recipe, capsys):
+    assert run([recipe, "data.samples_per_epoch=4"]) == 2
+    assert "less than one step" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of:UserWarning")  # optimizer.step is stubbed
+def test_accumulation_with_feature_cache_equals_big_batch(tmp_path, shards):
+    """accum_steps=2 x batch 4 gives the same loss and gradients as batch 8 on the same 8 samples."""
+    import copy
+    from trainer.recipe import load_recipe
+    from trainer.data import resolve_sources
+    path = tmp_path / "r.yaml"
+    path.write_text(RECIPE.format(shards=shards, out=tmp_path / "runs"))
+    results = []
+    for overrides in (["data.batch_size=8"], ["data.batch_size=4", "optim.accum_steps=2"]):
+        rec = load_recipe(path, overrides + ["optim.grad_clip=null", "schedule.warmup_steps=0"])
+        try:
+            tr = train.Trainer(rec, resolve_sources(rec.data.train_shards))
+            comp = tr.stream.composer
+            items = [comp.item(raw, __import__("random").Random(i)) for i, raw in enumerate(_raws(shards, 8))]
+            big = copy.deepcopy(comp)
+            big.batch_size = 8
+            whole = big.collate(items)
+            batches = [whole] if rec.optim.accum_steps == 1 else [comp.collate(items[:4]), comp.collate(items[4:])]
+            # same samples, ordered so the global feature order matches: [a0-3, p0-3 | a4-7, p4-7] vs
+            # [a0-7, p0-7]; the loss does not depend on column order
+            tr.optimizer.step = tr.optimizer.zero_grad = lambda *a, **k: None  # keep the gradients
+            loss = tr.step(batches)
+            results.append((loss, {n: p.grad.clone() for n, p in tr.model.named_parameters()}))
+        finally:
+            from accelerate.state import AcceleratorState, GradientState
+            AcceleratorState._reset_state(reset_partial_state=True)
+            GradientState._reset_state()
+    (loss_a, w_a), (loss_b, w_b) = results
+    assert loss_a == pytest.approx(loss_b, rel=1e-5)
+    for k in w_a:
+        torch.testing.assert_close(w_a[k], w_b[k], rtol=1e-4, atol=1e-6, msg=k)
+    assert w_a['logit_scale'].abs() > 0  # counted once, not accum_steps times
+
+
+def _raws(shards, n):
+    from datagen.shards import iter_raw_samples
+    return list(iter_raw_samples(sorted(shards.glob("*.tar"))[0]))[:n]
+
+
+def test_too_much_bad_data_stops_with_exit_3(tmp_path, capsys):
+    bad = write_fixture_shards(tmp_path / "bad", n=32, partner="generated", corrupt=8)
+    path = tmp_path / "bad.yaml"
+    path.write_text(RECIPE.format(shards=bad, out=tmp_path / "runs"))
+    assert run([path, "data.max_bad_fraction=0.05"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "above data.max_bad_fraction=0.05; last: sample 's" in err and "cannot decode image" in err
+
+
+def test_end_to_end_with_the_real_eval_api(recipe, tmp_path):
+    """The real eval.api on eval.synthetic's tiny data root: metrics land in TensorBoard."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    synthetic = pytest.importorskip("eval.synthetic")
+    pytest.importorskip("eval.api")
+    root = synthetic.make_data_root(tmp_path / "bench")
+    assert run([recipe, "eval.benchmarks=[sugarcrepe, visla]", f"eval.data_root={root}", "schedule.epochs=1",
+                "checkpoint.best_metric=eval/sugarcrepe/macro"]) == 0
+    run_dir = tmp_path / "runs" / "tiny"
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"eval/sugarcrepe/macro", "eval/visla/generic/i2t"} <= tags
+    line = json.loads((run_dir / "eval.jsonl").read_text().splitlines()[0])
+    assert 0.0 <= line["metrics"]["sugarcrepe/macro"] <= 1.0
+    assert (run_dir / "checkpoints" / "best").is_file()

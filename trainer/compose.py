@@ -1,0 +1,147 @@
+"""The batch composer: raw shard samples -> items -> a `trainer.batch.Batch`.
+
+`Composer.item(raw, rng, source)` decodes one webdataset sample (`ShardSample.from_wds`) into an
+`Item`: the preprocessed anchor image and caption, its partner pair and its hard negatives.
+
+- partner `neighbour`: one of the K keys of `nn.json` is sampled each time; its jpg + txt are
+  fetched from the shard set through `datagen.shards.KeyIndex` (`keys.tsv`).
+- partner `generated` / `mirrored`: the sample's own `partner.*` members.
+- negatives: `negatives.per_image` captions from `neg.json` sampled without replacement each
+  time, keeping only the recipe's kinds / sub-kinds; a generated partner's own negative
+  (`negative_index`) is left out since its caption is already a column. Anchors with too few
+  negatives get padding columns (`text_valid=False`).
+
+`Composer.collate(items)` lays out B items as the contract says: images `[anchors | partners]`,
+texts `[captions | partner captions | negatives]`, with partners of the first P anchors. All
+randomness comes from the `rng` passed in (and a torch seed drawn from it for the image
+augmentation), so a sample's composition depends only on its position in the stream.
+"""
+from __future__ import annotations
+
+import io
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+from PIL import Image
+
+from datagen.schema import IMAGE_EXTS, SchemaError, ShardSample
+from datagen.shards import KeyIndex
+from trainer.batch import Batch
+
+
+class BadSample(ValueError):
+    """A sample that cannot be used (corrupt image, broken schema, missing neighbour)."""
+
+
+@dataclass
+class Item:
+    key: str
+    image: torch.Tensor
+    caption: str
+    partner_image: Optional[torch.Tensor] = None
+    partner_caption: Optional[str] = None
+    negatives: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Composer:
+    preprocess: Callable  # PIL image -> tensor (open_clip's train transform)
+    tokenizer: Callable  # list[str] -> LongTensor
+    batch_size: int  # B
+    partner: str = "none"  # none | neighbour | generated | mirrored
+    partners_per_batch: Optional[int] = None  # P; None: one per anchor
+    negatives_per_image: int = 0
+    kinds: tuple[str, ...] = ("swap", "replace", "add")
+    subkinds: Optional[tuple[str, ...]] = None
+    _indexes: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def num_partners(self) -> int:
+        if self.partner == "none":
+            return 0
+        return self.batch_size if self.partners_per_batch is None else min(self.partners_per_batch,
+                                                                           self.batch_size)
+
+    # --- one sample ---------------------------------------------------------------------------
+    def _image(self, data: bytes, rng: random.Random, what: str) -> torch.Tensor:
+        try:
+            image = Image.open(io.BytesIO(data))
+            image.load()
+        except Exception as err:  # PIL raises many types for corrupt data
+            raise BadSample(f"{what}: cannot decode image ({type(err).__name__}: {err})") from None
+        with torch.random.fork_rng(devices=[]):  # augmentation seeded by the stream position
+            torch.manual_seed(rng.getrandbits(63))
+            return self.preprocess(image.convert("RGB"))
+
+    def _neighbour(self, sample: ShardSample, source_dir: Optional[str], rng: random.Random):
+        where = f"sample '{sample.key}'"
+        if not sample.neighbours:
+            raise BadSample(f"{where}: no nn.json neighbours")
+        if source_dir not in self._indexes:
+            self._indexes[source_dir] = KeyIndex(source_dir)
+        index = self._indexes[source_dir]
+        order = list(sample.neighbours)
+        rng.shuffle(order)
+        for nb in order:  # first one that resolves, in random order: one sampled neighbour
+            if nb.key not in index:
+                continue
+            for ext in IMAGE_EXTS:
+                try:
+                    data = index.read(nb.key, ext)
+                except KeyError:
+                    continue
+                image = self._image(data, rng, f"{where} neighbour '{nb.key}'")
+                return image, index.read(nb.key, "txt").decode("utf-8")
+        raise BadSample(f"{where}: none of its {len(order)} neighbours is in {source_dir}/keys.tsv")
+
+    def _negatives(self, sample: ShardSample, rng: random.Random, with_partner: bool) -> list[str]:
+        generated = with_partner and sample.partner is not None and self.partner == "generated"
+        skip = sample.partner.negative_index if generated else None
+        pool = [n.text for i, n in enumerate(sample.negatives)
+                if i != skip and n.kind in self.kinds and (self.subkinds is None or n.subkind in self.subkinds)]
+        return rng.sample(pool, min(self.negatives_per_image, len(pool)))
+
+    def item(self, raw: dict, rng: random.Random, source_dir: Optional[str] = None,
+             with_partner: bool = True) -> Item:
+        """One composed sample; `with_partner=False` for anchors past the first P of a batch."""
+        try:
+            sample = ShardSample.from_wds(raw)
+        except SchemaError as err:
+            raise BadSample(str(err)) from None
+        where = f"sample '{sample.key}'" + (f" in {raw['__url__']}" if "__url__" in raw else "")
+        item = Item(sample.key, self._image(sample.image, rng, where), sample.caption)
+        with_partner = with_partner and self.num_partners > 0
+        if with_partner and self.partner == "neighbour":
+            item.partner_image, item.partner_caption = self._neighbour(sample, source_dir, rng)
+        elif with_partner:  # generated | mirrored: the sample's own partner members
+            if sample.partner is None or sample.partner.kind != self.partner:
+                have = sample.partner.kind if sample.partner else "none"
+                raise BadSample(f"{where}: needs a '{self.partner}' partner, has {have}")
+            item.partner_image = self._image(sample.partner.image, rng, f"{where} partner")
+            item.partner_caption = sample.partner.caption
+        if self.negatives_per_image:
+            item.negatives = self._negatives(sample, rng, with_partner)
+        return item
+
+    # --- a batch --------------------------------------------------------------------------------
+    def collate(self, items: list[Item]) -> Batch:
+        b, p, per = len(items), self.num_partners, self.negatives_per_image
+        assert b == self.batch_size, f"collate needs {self.batch_size} items, got {b}"
+        partners = items[:p]
+        negatives, valid = [], []
+        for item in items:
+            pad = per - len(item.negatives)
+            negatives += item.negatives + [""] * pad
+            valid += [True] * len(item.negatives) + [False] * pad
+        texts = [i.caption for i in items] + [i.partner_caption for i in partners] + negatives
+        return Batch(
+            images=torch.stack([i.image for i in items] + [i.partner_image for i in partners]),
+            texts=self.tokenizer(texts),
+            num_anchors=b,
+            partner_of=torch.arange(p),
+            negative_of=torch.arange(b).repeat_interleave(per),
+            text_valid=torch.tensor([True] * (b + p) + valid, dtype=torch.bool),
+            keys=[i.key for i in items],
+        )

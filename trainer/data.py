@@ -1,0 +1,216 @@
+"""Streaming training data: shard sets -> deterministic, resumable streams of `Batch`es.
+
+Sources (`data.train_shards` entries) are shard-set folders (with `manifest.json`), brace
+patterns or tar paths. Each rank runs `data.workers` independent *streams* (one per DataLoader
+worker, or one in-process when workers=0). A stream is a pure function of
+(seed, epoch, rank, stream id):
+
+    shards resampled with replacement (source picked by `source_weights`, then a shard of it)
+    -> tar samples (webdataset `tarfile_samples`) -> shuffle buffer -> compose -> B items -> Batch
+
+so data is split across ranks and workers by seeding, as open_clip's resampled mode does, and an
+epoch is a fixed number of batches (`samples_per_epoch` over the global batch). The randomness of
+one sample's composition (augmentation, neighbour, negatives) is seeded by its position in its
+stream, so the data a run sees depends only on the seed and the position: resuming skips the
+raw samples each stream had consumed (no decoding) and continues bit-for-bit.
+
+Batches come round-robin from the streams (DataLoader order), so batch i of an epoch is from
+stream i % workers; on resume the streams are rotated so the next batch comes from the right one.
+
+Bad input: a sample that fails to decode (`BadSample`) is skipped and counted; a shard that
+cannot be opened or read counts as its manifest sample count. A stream stops with `DataError`
+once its bad share exceeds `data.max_bad_fraction` (checked after 100 samples and at the end of
+each epoch's quota).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import braceexpand
+import torch
+import webdataset as wds
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from datagen.shards import KEY_INDEX, MANIFEST, read_manifest, shard_urls
+from trainer.compose import BadSample, Composer
+
+MIN_SEEN_FOR_BAD_CHECK = 100
+
+
+class DataError(ValueError):
+    """Unusable training data; the message is one line naming the source, key or sample."""
+
+
+@dataclass
+class Source:
+    entry: str  # as written in the recipe
+    urls: list[str]
+    directory: Optional[str]  # the shard-set folder, when known (manifest, keys.tsv)
+    manifest: Optional[dict]
+
+
+def resolve_sources(entries: list[str]) -> list[Source]:
+    sources = []
+    for i, entry in enumerate(entries):
+        where = f"data.train_shards[{i}] '{entry}'"
+        path = Path(entry)
+        if path.is_dir():
+            if not (path / MANIFEST).is_file():
+                raise DataError(f"{where}: folder has no {MANIFEST}; is it a shard set?")
+            manifest = read_manifest(path)
+            urls = shard_urls(path)
+            directory = str(path)
+        else:
+            urls = list(braceexpand.braceexpand(entry))
+            missing = [u for u in urls if not Path(u).is_file()]
+            if missing:
+                raise DataError(f"{where}: shard {missing[0]} not found ({len(missing)} of {len(urls)} missing)")
+            parent = Path(urls[0]).parent
+            directory = str(parent) if (parent / MANIFEST).is_file() else None
+            manifest = read_manifest(parent) if directory else None
+        if not urls:
+            raise DataError(f"{where}: no shards")
+        sources.append(Source(entry, urls, directory, manifest))
+    return sources
+
+
+def check_features(sources: list[Source], partner: str, negatives_per_image: int) -> None:
+    """Fail before training when the recipe asks for something a shard set does not carry."""
+    for i, src in enumerate(sources):
+        where = f"data.train_shards[{i}] '{src.entry}'"
+        if src.manifest is None:
+            if partner == "neighbour":
+                raise DataError(f"{where}: data.partner=neighbour needs a shard set folder with "
+                                f"{MANIFEST} and {KEY_INDEX}; none found beside the shards")
+            continue
+        feats = src.manifest.get("features") or {}
+        if negatives_per_image > 0 and not feats.get("negatives"):
+            raise DataError(f"{where}: negatives.per_image={negatives_per_image} but the shard set's "
+                            f"{MANIFEST} says it has no hard negatives (features.negatives)")
+        if partner == "neighbour":
+            if not feats.get("neighbours"):
+                raise DataError(f"{where}: data.partner=neighbour but the shard set's {MANIFEST} "
+                                f"says it has no neighbours (features.neighbours)")
+            if not (Path(src.directory) / KEY_INDEX).is_file():
+                raise DataError(f"{where}: data.partner=neighbour needs {src.directory}/{KEY_INDEX} "
+                                f"(build it with datagen.shards.KeyIndex.build)")
+        elif partner in ("generated", "mirrored") and feats.get("partner") != partner:
+            raise DataError(f"{where}: data.partner={partner} but the shard set's {MANIFEST} says "
+                            f"features.partner={feats.get('partner')!r}")
+
+
+def shuffled(samples: Iterator, bufsize: int, rng: random.Random) -> Iterator:
+    """A shuffle buffer driven by an explicit RNG (webdataset's draws from a global one)."""
+    buf: list = []
+    for sample in samples:
+        buf.append(sample)
+        if len(buf) <= bufsize:
+            continue
+        i = rng.randrange(len(buf))
+        buf[i], buf[-1] = buf[-1], buf[i]
+        yield buf.pop()
+    rng.shuffle(buf)
+    yield from buf
+
+
+class ShardStream(IterableDataset):
+    """Yields `(Batch, info)`; info = the stream's position and bad-sample counts."""
+
+    def __init__(self, sources: list[Source], weights: Optional[list[float]], composer: Composer,
+                 seed: int, rank: int, world_size: int, batches_per_epoch: int, num_streams: int,
+                 shuffle_buffer: int, max_bad_fraction: float):
+        self.sources, self.weights, self.composer = sources, weights or [1.0] * len(sources), composer
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.batches_per_epoch, self.num_streams = batches_per_epoch, max(1, num_streams)
+        self.shuffle_buffer, self.max_bad_fraction = shuffle_buffer, max_bad_fraction
+        self._dir_of = {u: s.directory for s in sources for u in s.urls}
+        self._samples_of = {}
+        for s in sources:
+            for shard in (s.manifest or {}).get("shards", []):
+                self._samples_of[str(Path(s.directory) / shard["name"])] = shard["samples"]
+        self.set_position(0, 0, {})
+
+    def set_position(self, epoch: int, batch_in_epoch: int, streams: dict) -> None:
+        """Where the next iteration starts: epoch, batches done in it, and each stream's counters."""
+        self.epoch, self.start_batch = epoch, batch_in_epoch
+        self.streams = {int(k): dict(v) for k, v in streams.items()}
+
+    def _tag(self, what: str, stream: int) -> str:
+        return f"{what}/{self.seed}/{self.epoch}/{self.rank}/{stream}"
+
+    def _shard_urls(self, rng: random.Random) -> Iterator[dict]:
+        while True:
+            source = rng.choices(self.sources, weights=self.weights)[0]
+            yield {"url": rng.choice(source.urls)}
+
+    def __iter__(self) -> Iterator[tuple[Any, dict]]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        if workers != self.num_streams:
+            raise DataError(f"data: {workers} loader workers but the stream was built for {self.num_streams}")
+        first = self.start_batch + worker
+        stream = first % workers
+        quota = len(range(first, self.batches_per_epoch, workers))
+        if quota:
+            yield from self._stream(stream, quota)
+
+    def _stream(self, stream: int, quota: int) -> Iterator[tuple[Any, dict]]:
+        state = {"consumed": 0, "bad": 0, "shard_bad": 0, "last_error": ""}
+        state.update(self.streams.get(stream, {}))
+        skip = state["consumed"]
+        seen = [0]  # raw samples read in this pass, skipped ones included
+
+        def on_shard_error(err: Exception) -> bool:
+            if seen[0] >= skip:  # errors in the replayed prefix were counted the first time
+                url = next((a for a in err.args if isinstance(a, str) and a in self._dir_of), "?")
+                state["bad"] += self._samples_of.get(url, 1)
+                state["shard_bad"] += self._samples_of.get(url, 1)
+                state["last_error"] = f"shard {url}: {type(err).__name__}: {err.args[0] if err.args else ''}"
+                self._check_bad(stream, state, force=False)
+            return True
+
+        raw_samples = wds.tarfile_samples(self._shard_urls(random.Random(self._tag("shards", stream))),
+                                          handler=on_shard_error)
+        items = []
+        for raw in shuffled(raw_samples, self.shuffle_buffer, random.Random(self._tag("shuffle", stream))):
+            seen[0] += 1
+            if seen[0] <= skip:
+                continue
+            state["consumed"] = seen[0]
+            rng = random.Random(self._tag("item", stream) + f"/{seen[0]}")
+            try:
+                items.append(self.composer.item(raw, rng, self._dir_of.get(raw.get("__url__")),
+                                                with_partner=len(items) < self.composer.num_partners))
+            except BadSample as err:
+                state["bad"] += 1
+                state["last_error"] = str(err)
+                self._check_bad(stream, state, force=False)
+                continue
+            if len(items) == self.composer.batch_size:
+                batch = self.composer.collate(items)
+                items = []
+                quota -= 1
+                if quota == 0:
+                    self._check_bad(stream, state, force=True)
+                yield batch, {"stream": stream, **state}
+                if quota == 0:
+                    return
+
+    def _check_bad(self, stream: int, state: dict, force: bool) -> None:
+        seen = state["consumed"] + state["shard_bad"]  # consumed counts bad samples too
+        if not seen or (seen < MIN_SEEN_FOR_BAD_CHECK and not force):
+            return
+        share = state["bad"] / seen
+        if share > self.max_bad_fraction:
+            raise DataError(f"data: rank {self.rank} stream {stream}: {state['bad']} of {seen} samples bad "
+                            f"({share:.1%}), above data.max_bad_fraction={self.max_bad_fraction}; "
+                            f"last: {state['last_error']}")
+
+
+def make_loader(stream: ShardStream, workers: int, seed: int, epoch: int) -> DataLoader:
+    """A DataLoader over the streams; its own generator keeps the global torch RNG untouched."""
+    return DataLoader(stream, batch_size=None, num_workers=workers,
+                      generator=torch.Generator().manual_seed(seed * 1000 + epoch))

@@ -1,0 +1,65 @@
+"""Tiny synthetic shard sets for the trainer's tests and benchmark (not used in training).
+
+`write_fixture_shards(dir, n, ...)` writes `n` samples of coloured-square scenes with captions,
+optionally hard negatives (swap / replace / add), a partner per sample (`generated` or
+`mirrored`) and K neighbours with a `keys.tsv` index, through `datagen.shards.ShardSetWriter`,
+so the manifest's `features` say what the set carries. `corrupt` samples get undecodable image
+bytes (the trainer must skip and count them).
+"""
+from __future__ import annotations
+
+import io
+import random
+from pathlib import Path
+from typing import Optional
+
+from PIL import Image
+
+from datagen.schema import Negative, Neighbour, Partner, ShardSample
+from datagen.shards import KeyIndex, ShardSetWriter
+
+COLOURS = {"red": (220, 30, 30), "green": (30, 180, 60), "blue": (40, 60, 220), "yellow": (230, 210, 40)}
+
+
+def scene_jpeg(left: str, right: str, size: int = 32) -> bytes:
+    image = Image.new("RGB", (size, size), (245, 245, 245))
+    half = size // 2
+    image.paste(COLOURS[left], (2, half // 2, half - 2, half + half // 2))
+    image.paste(COLOURS[right], (half + 2, half // 2, size - 2, half + half // 2))
+    buf = io.BytesIO()
+    image.save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def write_fixture_shards(directory: str | Path, n: int = 64, per_shard: int = 16, negatives: bool = True,
+                         partner: Optional[str] = None, neighbours: int = 0, corrupt: int = 0,
+                         seed: int = 0, prefix: str = "s") -> Path:
+    directory = Path(directory)
+    rng = random.Random(seed)
+    names = list(COLOURS)
+    features = {"negatives": negatives, "partner": partner, "neighbours": neighbours}
+    with ShardSetWriter(directory, max_count=per_shard, features=features) as writer:
+        for i in range(n):
+            left, right = rng.sample(names, 2)
+            caption = f"a {left} square left of a {right} square"
+            swapped = f"a {right} square left of a {left} square"
+            other = rng.choice([c for c in names if c not in (left, right)])
+            negs = [Negative(swapped, "swap", "att", "fixture"),
+                    Negative(f"a {other} square left of a {right} square", "replace", "att", "fixture"),
+                    Negative(f"a {left} square left of a {right} square and a {other} one", "add", "obj", "fixture")]
+            sample = ShardSample(key=f"{prefix}{i:05d}", caption=caption, image=scene_jpeg(left, right),
+                                 meta={"source": "fixture", "index": i},
+                                 negatives=negs[: rng.randint(1, 3)] if negatives else [])
+            if corrupt and i % max(1, n // corrupt) == 0 and i // max(1, n // corrupt) < corrupt:
+                sample.image = b"\xff\xd8 this is not a jpeg"
+            if partner == "generated":
+                sample.partner = Partner(scene_jpeg(right, left), swapped, "generated", negative_index=0)
+            elif partner == "mirrored":
+                sample.partner = Partner(scene_jpeg(right, left), f"a {right} square left of a {left} square",
+                                         "mirrored")
+            if neighbours:
+                sample.neighbours = [Neighbour(f"{prefix}{(i + d) % n:05d}", 1.0 / d) for d in range(1, neighbours + 1)]
+            writer.add(sample)
+    if neighbours:
+        KeyIndex.build(directory)
+    return directory

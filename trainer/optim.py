@@ -1,0 +1,48 @@
+"""Optimiser and learning-rate schedule with the CLIP conventions.
+
+AdamW with two parameter groups, as open_clip's training script: weight decay on weight matrices,
+none on gains and biases (every tensor with fewer than 2 dims, layer/batch norms), the logit
+scale, and the embeddings (token, positional and class embeddings). Frozen parameters are left
+out. The schedule is per optimiser step: linear warmup to `optim.lr` over `warmup_steps`, then
+cosine decay to 0 at the last step (or constant).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+
+from trainer.recipe import OptimConfig, ScheduleConfig
+
+def no_weight_decay(name: str, param: nn.Parameter) -> bool:
+    """Gains, biases, norms, the logit scale and embeddings are not decayed."""
+    parts = name.split(".")
+    return (param.ndim < 2 or "logit_scale" in name or "embedding" in name or parts[-1] == "bias"
+            or any(p.startswith(("ln", "bn", "norm")) for p in parts))
+
+
+def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (no_decay if no_weight_decay(name, param) else decay).append(param)
+    groups = [{"params": no_decay, "weight_decay": 0.0}, {"params": decay, "weight_decay": cfg.weight_decay}]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=tuple(cfg.betas),
+                             eps=cfg.eps)
+
+
+def lr_factor(step: int, total_steps: int, cfg: ScheduleConfig) -> float:
+    """Multiplier of the base lr for optimiser step `step` (0-based)."""
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    if cfg.kind == "constant":
+        return 1.0
+    decay_steps = max(1, total_steps - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / decay_steps)
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, cfg: ScheduleConfig) -> LambdaLR:
+    return LambdaLR(optimizer, lambda step: lr_factor(step, total_steps, cfg))

@@ -1,0 +1,331 @@
+"""Entry point: `accelerate launch trainer/train.py RECIPE [key.sub=value ...]`.
+
+Runs single-process, multi-process DDP (NCCL on GPU, gloo on CPU) and DeepSpeed ZeRO-1/2 from
+the same code; the launcher decides which. Order of work:
+
+1. recipe + overrides validated, shard sets checked against the recipe (partners, negatives),
+   eval API checked: any problem -> one line on stderr, exit code 2, before anything is built;
+2. model, optimiser, schedule, data streams; resume from the latest checkpoint if asked;
+3. steps: compose -> forward -> global InfoNCE -> backward (accumulation with feature caching,
+   see `Trainer.step`) -> clip -> AdamW -> schedule; logging, evals and checkpoints as the recipe says;
+4. a non-finite loss or too much bad data stops the run: one line, exit code 3.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if sys.path and Path(sys.path[0]).resolve() == ROOT / "trainer":
+    sys.path.pop(0)  # run as a script: do not let trainer/*.py shadow top-level modules
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import argparse  # noqa: E402
+import math  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+
+from models import CheckpointMeta, load_model  # noqa: E402
+from trainer import checkpointing, evaluation  # noqa: E402
+from trainer.compose import Composer  # noqa: E402
+from trainer.data import DataError, ShardStream, check_features, make_loader, resolve_sources  # noqa: E402
+from trainer.loss import ContrastiveLoss, Layout  # noqa: E402
+from trainer.monitor import Monitor, memory_mb  # noqa: E402
+from trainer.optim import build_optimizer, build_scheduler  # noqa: E402
+from trainer.recipe import Recipe, RecipeError, load_recipe, recipe_to_dict  # noqa: E402
+
+PAUSE_ENV = "COMPCLIP_TEST_PAUSE_AT_STEP"  # tests only: sleep forever after this step (SIGKILL test)
+
+
+class TrainingError(RuntimeError):
+    """A fault that stops the run (non-finite loss); the message is one line."""
+
+
+def using_deepspeed() -> bool:
+    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+
+
+def make_accelerator(recipe: Recipe):
+    from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs
+    gpu = torch.cuda.is_available()
+    precision = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[recipe.precision] if gpu else "no"
+    multi = int(os.environ.get("WORLD_SIZE", "1")) > 1 or using_deepspeed()
+    handlers = [InitProcessGroupKwargs(backend="gloo")] if multi and not gpu else []
+    # the recipe owns accumulation; a launcher config may export "auto", which Accelerator cannot parse
+    os.environ["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"] = str(recipe.optim.accum_steps)
+    # on CPU: DDP needs cpu=True (else a gloo allgather length error); DeepSpeed needs it off
+    accelerator = Accelerator(cpu=not gpu and not using_deepspeed(), mixed_precision=precision,
+                              gradient_accumulation_steps=recipe.optim.accum_steps, kwargs_handlers=handlers)
+    plugin = accelerator.state.deepspeed_plugin
+    if plugin is not None:  # no prepared DataLoader tells DeepSpeed the micro-batch size
+        plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = recipe.data.batch_size
+        plugin.deepspeed_config["gradient_accumulation_steps"] = recipe.optim.accum_steps
+        plugin.deepspeed_config["gradient_clipping"] = recipe.optim.grad_clip or 0.0  # 0: no clipping
+    return accelerator
+
+
+def one_dim_logit_scale(model: torch.nn.Module) -> None:
+    """DeepSpeed cannot broadcast 0-dim parameters (`view(torch.uint8)` fails), and CLIP's logit
+    scale is one. Make it shape [1] for training; state dicts still hold the 0-dim tensor that
+    plain open_clip loads (a save hook squeezes it, a load hook unsqueezes it)."""
+    model.logit_scale = torch.nn.Parameter(model.logit_scale.detach().reshape(1),
+                                           requires_grad=model.logit_scale.requires_grad)
+
+    def squeeze(module, state_dict, prefix, _meta):
+        key = prefix + "logit_scale"
+        if key in state_dict:
+            state_dict[key] = state_dict[key].reshape(())
+        return state_dict
+
+    def unsqueeze(state_dict, prefix, *_args):
+        key = prefix + "logit_scale"
+        if key in state_dict and state_dict[key].dim() == 0:
+            state_dict[key] = state_dict[key].reshape(1)
+
+    model._register_state_dict_hook(squeeze)
+    model._register_load_state_dict_pre_hook(unsqueeze)
+
+
+class Trainer:
+    def __init__(self, recipe: Recipe, sources):
+        from accelerate.utils import set_seed
+        self.recipe, self.sources = recipe, sources
+        self.acc = make_accelerator(recipe)
+        set_seed(recipe.seed)
+        self.run_dir = Path(recipe.logging.output_dir) / (recipe.logging.run_name or recipe.name)
+        self.ckpt_dir = self.run_dir / "checkpoints"
+
+        m = recipe.model
+        self.loaded = load_model(m.arch, m.pretrained, activation=m.activation, lineage=m.lineage)
+        model = self.loaded.model
+        if m.pretrained is None:
+            with torch.no_grad():
+                model.logit_scale.fill_(recipe.loss.logit_scale_init)
+        model.logit_scale.requires_grad_(recipe.loss.learn_logit_scale)
+        if m.freeze_image:
+            model.lock_image_tower()
+        if m.freeze_text:
+            model.lock_text_tower()
+        if m.grad_checkpointing:
+            model.set_grad_checkpointing(True)
+        if using_deepspeed():
+            one_dim_logit_scale(model)
+
+        world, d = self.acc.num_processes, recipe.data
+        self.accum = recipe.optim.accum_steps
+        self.steps_per_epoch = d.samples_per_epoch // (d.batch_size * world * self.accum)
+        if self.steps_per_epoch == 0:
+            raise RecipeError(f"data.samples_per_epoch={d.samples_per_epoch} is less than one step "
+                              f"(batch_size {d.batch_size} x {world} processes x accum_steps {self.accum})")
+        self.total_steps = self.steps_per_epoch * recipe.schedule.epochs
+        optimizer = build_optimizer(model, recipe.optim)
+        self.scheduler = build_scheduler(optimizer, self.total_steps, recipe.schedule)
+        self.model, self.optimizer = self.acc.prepare(model, optimizer)
+        self.loss_fn = ContrastiveLoss(recipe.loss.logit_scale_max, recipe.loss.gather_with_grad)
+
+        composer = Composer(self.loaded.preprocess_train, self.loaded.tokenizer, d.batch_size, d.partner,
+                            d.partners_per_batch, recipe.negatives.per_image, tuple(recipe.negatives.kinds),
+                            tuple(recipe.negatives.subkinds) if recipe.negatives.subkinds else None)
+        self.stream = ShardStream(sources, d.source_weights, composer, recipe.seed, self.acc.process_index,
+                                  world, self.steps_per_epoch * self.accum, d.workers, d.shuffle_buffer,
+                                  d.max_bad_fraction)
+        self.state = checkpointing.TrainState()
+        self.data_layout = {"world_size": world, "workers": d.workers}
+        self.acc.register_for_checkpointing(self.scheduler, self.state)
+        self.local_streams: dict = {}
+        self.monitor = Monitor(self.run_dir, self.acc.is_main_process, recipe.logging.tensorboard,
+                               recipe.logging.progress)
+
+    # --- one optimiser step ---------------------------------------------------------------------
+    def step(self, batches) -> float:
+        """Forward/backward over `accum_steps` micro-batches as ONE contrastive batch.
+
+        accum_steps = 1: plain. accum_steps > 1: feature caching (open_clip's accum_freq): a
+        no-grad pass embeds every micro-batch, then each micro-batch is re-embedded with grad and
+        the loss of the *whole* accumulated batch is computed with the others' cached features;
+        the gradients summed over micro-batches equal those of the big batch (the logit scale
+        takes its gradient from the last micro-batch only, so it is counted once).
+        """
+        layouts = [Layout.from_batch(b, self.recipe.loss.partners_as_positives) for b in batches]
+        if self.accum == 1:
+            cached, layout = None, layouts[0]
+        else:
+            with torch.no_grad():
+                cached = [self.model(image=b.images, text=b.texts)[:2] for b in batches]
+            layout = Layout.cat(layouts)
+        value = None
+        for m, batch in enumerate(batches):
+            with self.acc.accumulate(self.model):
+                img, txt, scale = self.model(image=batch.images, text=batch.texts)
+                if cached is not None:
+                    img = torch.cat([img if k == m else c[0] for k, c in enumerate(cached)])
+                    txt = torch.cat([txt if k == m else c[1] for k, c in enumerate(cached)])
+                    scale = scale if m == len(batches) - 1 else scale.detach()
+                loss = self.loss_fn(img, txt, scale, layout)
+                if value is None:
+                    value = loss.item()
+                    if not math.isfinite(value):
+                        self._non_finite(value, batches)
+                self.acc.backward(loss * self.accum)  # accelerate divides by accum_steps
+                if self.acc.sync_gradients and self.recipe.optim.grad_clip and not using_deepspeed():
+                    self.acc.clip_grad_norm_(self.model.parameters(), self.recipe.optim.grad_clip)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+        if not self.acc.optimizer_step_was_skipped:
+            self.scheduler.step()
+        if not using_deepspeed():  # CLIP clamps the parameter; the loss also clamps exp(s)
+            with torch.no_grad():
+                self.acc.unwrap_model(self.model).logit_scale.clamp_(0, math.log(self.recipe.loss.logit_scale_max))
+        return value
+
+    def _non_finite(self, value: float, batches) -> None:
+        from accelerate.utils import gather_object
+        keys = gather_object([k for b in batches for k in b.keys])
+        shown = ", ".join(keys[:16]) + (f", ... ({len(keys)} in all)" if len(keys) > 16 else "")
+        raise TrainingError(f"loss is {value} at step {self.state.step + 1} (epoch {self.state.epoch}); "
+                            f"batch sample keys: {shown}")
+
+    # --- evaluation and checkpoints ---------------------------------------------------------------
+    def evaluate(self) -> dict[str, float]:
+        cfg = self.recipe.eval
+        if not cfg.benchmarks:
+            return {}
+        metrics: dict[str, float] = {}
+        if cfg.distributed or self.acc.is_main_process:
+            metrics = evaluation.evaluate_model(self.acc.unwrap_model(self.model), self.loaded.preprocess,
+                                                self.loaded.tokenizer, cfg, self.acc.device, self.recipe.name)
+        self.acc.wait_for_everyone()
+        self.monitor.evaluation(metrics, self.state.step, self.state.epoch)
+        self.state.metrics = metrics
+        return metrics
+
+    def checkpoint(self) -> None:
+        c, metrics = self.recipe.checkpoint, self.state.metrics
+        is_best = False
+        if c.best_metric and self.acc.is_main_process:
+            name = c.best_metric.removeprefix("eval/")
+            value = metrics.get(name)
+            if value is not None and (self.state.best is None or
+                                      (value > self.state.best if c.best_mode == "max" else value < self.state.best)):
+                self.state.best, is_best = value, True
+        info = self.loaded.info
+        meta = CheckpointMeta(arch=info.arch, activation=info.activation, lineage=info.lineage,
+                              pretrained=self.recipe.model.pretrained, step=self.state.step,
+                              epoch=self.state.epoch, recipe=recipe_to_dict(self.recipe), metrics=dict(metrics))
+        checkpointing.save(self.acc, self.ckpt_dir, self.model, self.state, self.local_streams, meta,
+                           is_best, c.keep_last)
+
+    # --- the loop --------------------------------------------------------------------------------
+    def fit(self) -> None:
+        r = self.recipe
+        resume = checkpointing.find_resume(r.checkpoint.resume, self.run_dir)
+        if resume is not None:
+            self.local_streams = checkpointing.restore(self.acc, resume, self.state)
+            self.acc.print(f"resumed from {resume} (step {self.state.step}, epoch {self.state.epoch})")
+            if self.state.layout and self.state.layout != self.data_layout:
+                self.acc.print(f"warning: checkpoint data layout {self.state.layout} != {self.data_layout}; "
+                               "the rest of this epoch is drawn from fresh streams (data order differs)")
+                self.local_streams = {}
+        self.state.layout = self.data_layout
+        if self.acc.is_main_process:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        global_batch = r.data.batch_size * self.acc.num_processes * self.accum
+        pause_at = int(os.environ.get(PAUSE_ENV, "0"))
+        batches_per_epoch = self.steps_per_epoch * self.accum
+        for epoch in range(self.state.epoch, r.schedule.epochs):
+            self.stream.set_position(epoch, self.state.batch_in_epoch, self.local_streams)
+            batches = iter(make_loader(self.stream, r.data.workers, r.seed, epoch))
+            self.monitor.start_epoch(epoch, self.steps_per_epoch, self.state.batch_in_epoch // self.accum)
+            tick, tick_samples = time.perf_counter(), 0
+            while self.state.batch_in_epoch < batches_per_epoch:
+                micro = [next(batches) for _ in range(self.accum)]
+                for _, info in micro:
+                    self.local_streams[info["stream"]] = {k: v for k, v in info.items() if k != "stream"}
+                loss = self.step([b.to(self.acc.device) for b, _ in micro])
+                self.state.batch_in_epoch += self.accum
+                self.state.step += 1
+                self.state.samples_seen += global_batch
+                tick_samples += global_batch
+                rate = tick_samples / max(time.perf_counter() - tick, 1e-9)
+                self.monitor.advance(loss, rate)
+                if self.state.step % r.logging.every_n_steps == 0:
+                    model = self.acc.unwrap_model(self.model)
+                    bad = sum(s.get("bad", 0) for s in self.local_streams.values())
+                    self.monitor.scalars({
+                        "train/loss": loss, "train/lr": self.scheduler.get_last_lr()[0],
+                        "train/logit_scale": float(model.logit_scale.detach().exp().clamp(max=r.loss.logit_scale_max)),
+                        "train/samples_per_s": rate, "train/memory_mb": memory_mb(),
+                        "data/bad_samples": bad}, self.state.step)
+                    tick, tick_samples = time.perf_counter(), 0
+                if r.eval.every_n_steps and self.state.step % r.eval.every_n_steps == 0:
+                    self.evaluate()
+                if r.checkpoint.every_n_steps and self.state.step % r.checkpoint.every_n_steps == 0 \
+                        and self.state.batch_in_epoch < batches_per_epoch:
+                    self.checkpoint()
+                if pause_at and self.state.step == pause_at:
+                    print(f"paused at step {pause_at}", file=sys.stderr, flush=True)
+                    while True:  # the SIGKILL test kills the run here
+                        time.sleep(1)
+            self.monitor.end_epoch()
+            self.state.epoch, self.state.batch_in_epoch, self.local_streams = epoch + 1, 0, {}
+            if r.eval.every_epoch:
+                self.evaluate()
+            self.checkpoint()
+        self.monitor.close()
+        self.check_replicas()
+        self.acc.end_training()
+
+    def check_replicas(self) -> None:
+        """Every rank must end with the same parameters; print their digest (rank 0)."""
+        import hashlib
+        from accelerate.utils import gather_object
+        digest = hashlib.sha256()
+        for _, p in sorted(self.acc.unwrap_model(self.model).state_dict().items()):
+            digest.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        digests = gather_object([digest.hexdigest()])
+        if len(set(digests)) != 1:
+            raise TrainingError(f"parameters differ across ranks after training: {digests}")
+        self.acc.print(f"parameters identical across {len(digests)} rank(s): sha256 {digests[0][:16]}")
+
+
+def one_line(err: BaseException) -> str:
+    """The message of an error, one line (DataLoader workers wrap theirs in a traceback)."""
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    last = lines[-1] if lines else type(err).__name__
+    for prefix in ("trainer.data.DataError: ", "DataError: "):
+        last = last.removeprefix(prefix)
+    return last
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("recipe")
+    parser.add_argument("overrides", nargs="*", help="key.sub=value (value parsed as YAML)")
+    args = parser.parse_args(argv)
+    try:
+        recipe = load_recipe(args.recipe, args.overrides)
+        sources = resolve_sources(recipe.data.train_shards)
+        check_features(sources, recipe.data.partner, recipe.negatives.per_image)
+        evaluation.check_available(recipe.eval)
+    except (RecipeError, DataError, ImportError, FileNotFoundError) as err:
+        print(f"error: {one_line(err)}", file=sys.stderr)
+        return 2
+    try:
+        trainer = Trainer(recipe, sources)
+    except RecipeError as err:
+        print(f"error: {one_line(err)}", file=sys.stderr)
+        return 2
+    try:
+        trainer.fit()
+    except (TrainingError, DataError) as err:
+        print(f"error: {one_line(err)}", file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
