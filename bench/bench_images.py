@@ -2,37 +2,43 @@
 stitched pairs/s, generated images/s (renderer and the tiny random diffusers pipeline).
 
     .venv/bin/python bench/bench_images.py                       # full: 100k exact, 1M approx
-    .venv/bin/python bench/bench_images.py --n-exact 20000 --n-approx 100000   # quick
+    .venv/bin/python bench/bench_images.py --n-exact 20000 --n-approx 100000   # smaller
     .venv/bin/python bench/bench_images.py --only exact --threads 1     # fairer on a busy machine
+    .venv/bin/python bench/bench_images.py --quick                      # smoke check
 
 Synthetic embeddings are clustered (n/100 unit centres plus Gaussian noise of norm 1.5, then
 normalised: same-cluster cosines ~0.3, others ~0) so neighbours mean something and an IVF index is not trivially hopeless.
 The BLAS bound is measured in the same run: the time numpy's BLAS takes for all N x N products
 alone (query chunks of 4096, no top-k selection); `peak_bound_s` is the same FLOPs at the best
 rate of one [4096 x D] x [D x 65536] product. `--flat` also times faiss' own IndexFlatIP.
-Results go to bench/results/images.json (merged with what is there, keyed by section).
+Exact kNN (with its bound), stitching and generation run `--reps` times; medians and ranges are kept, the kNN/bound ratio paired by repetition.
+Results go to bench/results/images.json (merged with what is there, keyed by section; `runs`
+holds threads and load per set of sections run).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 if "--threads" in sys.argv:  # thread count must be fixed before numpy / faiss load BLAS
     _threads = sys.argv[sys.argv.index("--threads") + 1]
     for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[_var] = _threads
 
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+if sys.path and Path(sys.path[0]).resolve() == ROOT / "bench":
+    sys.path.pop(0)
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bench.common import RESULTS_DIR, log, ratio_stat, summarize, write_result  # noqa: E402
 from datagen.knn import Embeddings, find_neighbours  # noqa: E402
 
 
@@ -49,13 +55,13 @@ def clustered(n: int, d: int, seed: int = 0, noise: float = 1.5, chunk: int = 10
     return out
 
 
-def gemm_rate(d: int) -> float:
-    """FLOP/s of the product shape exact search runs (best of 3)."""
+def gemm_rate(d: int, cols: int = 65_536) -> float:
+    """FLOP/s of the product shape exact search runs (best of 3); `cols` = min(N, 65536)."""
     rng = np.random.default_rng(1)
     a = rng.standard_normal((4096, d)).astype(np.float32)
-    b = rng.standard_normal((d, 65_536)).astype(np.float32)
+    b = rng.standard_normal((d, cols)).astype(np.float32)
     best = min(_timed(lambda: a @ b) for _ in range(3))
-    return 2 * 4096 * 65_536 * d / best
+    return 2 * 4096 * cols * d / best
 
 
 def _timed(fn) -> float:
@@ -78,21 +84,26 @@ def gemm_bound(vecs: np.ndarray, chunk: int = 4096) -> float:
     return time.perf_counter() - t
 
 
-def bench_exact(n: int, d: int, k: int, with_flat: bool) -> dict:
+def bench_exact(n: int, d: int, k: int, with_flat: bool, reps: int) -> dict:
+    """Exact kNN build time and the BLAS bound, both measured in every repetition (paired)."""
     vecs = clustered(n, d)
-    rate = gemm_rate(d)
-    bound = gemm_bound(vecs)
-    out = {"n": n, "d": d, "k": k, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "peak_gemm_gflops": round(rate / 1e9, 1),
-           "blas_bound_s": round(bound, 2), "peak_bound_s": round(2 * n * n * d / rate, 2),
-           "reference_100k_faiss_flat_s": 70.8}
+    rate = gemm_rate(d, min(n, 65_536))
+    runs: dict[str, list[float]] = {"blas_bound_s": []}
     methods = ["exact"] + (["flat"] if with_flat else [])
+    for rep in range(reps):
+        runs["blas_bound_s"].append(gemm_bound(vecs))
+        for method in methods:
+            t = time.perf_counter()
+            find_neighbours(table(vecs), k=k, method=method)
+            runs.setdefault(f"{method}_s", []).append(time.perf_counter() - t)
+        log(f"images: exact kNN rep {rep + 1}/{reps}: {runs['exact_s'][-1]:.2f} s, "
+            f"bound {runs['blas_bound_s'][-1]:.2f} s")
+    out = {"n": n, "d": d, "k": k, "peak_gemm_gflops": round(rate / 1e9, 1),
+           "peak_bound_s": round(2 * n * n * d / rate, 3), "blas_bound_s": summarize(runs["blas_bound_s"]),
+           "load_avg_1min": round(os.getloadavg()[0], 2), "reference_100k_faiss_flat_s": 70.8}
     for method in methods:
-        t = time.perf_counter()
-        _, _, stats = find_neighbours(table(vecs), k=k, method=method)
-        total = time.perf_counter() - t
-        out[method] = {"seconds": round(total, 2), "ratio_to_bound": round(total / bound, 3),
-                       "search_s": stats["search_s"], "load_avg_1min": round(os.getloadavg()[0], 2)}
+        out[method] = {"seconds": summarize(runs[f"{method}_s"]),
+                       "ratio_to_bound": ratio_stat(runs[f"{method}_s"], runs["blas_bound_s"])}
     return out
 
 
@@ -106,20 +117,21 @@ def bench_approx(n: int, d: int, k: int, nprobes: list[int], factory: str | None
         total = time.perf_counter() - t
         rows.append({"n": n, "d": d, "k": k, "seconds_incl_recall_check": round(total, 2),
                      "load_avg_1min": round(os.getloadavg()[0], 2), **stats})
-        print(json.dumps(rows[-1]), flush=True)
+        log(json.dumps(rows[-1]))
     return rows
 
 
-def bench_stitch(n: int) -> dict:
+def bench_stitch(n: int, reps: int) -> dict:
     from datagen.stitch import write_stitched
+    rates = []
     with tempfile.TemporaryDirectory() as tmp:
         bank = Path(tmp) / "bank"
         source = _object_bank(bank)
-        t = time.perf_counter()
-        write_stitched(Path(tmp) / "out", bank, n, size=(224, 224))
-        secs = time.perf_counter() - t
-    return {"pairs": n, "canvas": 224, "ext": "jpg", "bank": source, "seconds": round(secs, 2),
-            "pairs_per_s": round(n / secs, 1)}
+        for rep in range(reps):
+            t = time.perf_counter()
+            write_stitched(Path(tmp) / f"out{rep}", bank, n, size=(224, 224))
+            rates.append(n / (time.perf_counter() - t))
+    return {"pairs": n, "canvas": 224, "ext": "jpg", "bank": source, "pairs_per_s": summarize(rates, 1)}
 
 
 def _object_bank(bank: Path) -> str:
@@ -147,29 +159,33 @@ def _world_captions(n: int) -> list[str]:
         return ["a red circle to the left of a blue square"] * n
 
 
-def bench_generate(n: int, diffusers_size: int, steps: int) -> dict:
+def bench_generate(n: int, diffusers_size: int, steps: int, reps: int) -> dict:
     from datagen.genimages import DiffusersBackend, RendererBackend, caption_seed, tiny_pipeline
     out = {}
     captions = _world_captions(n)
     seeds = [caption_seed(0, i, 0) for i in range(n)]
     try:
         backend = RendererBackend(size=224)
-        t = time.perf_counter()
-        images = backend.generate(captions, seeds)
-        secs = time.perf_counter() - t
-        out["renderer"] = {"captions": n, "size": 224, "rendered": sum(i is not None for i in images),
-                           "images_per_s": round(n / secs, 1)}
+        rates, rendered = [], 0
+        for _ in range(reps):
+            t = time.perf_counter()
+            images = backend.generate(captions, seeds)
+            rates.append(n / (time.perf_counter() - t))
+            rendered = sum(i is not None for i in images)
+        out["renderer"] = {"captions": n, "size": 224, "rendered": rendered, "images_per_s": summarize(rates, 1)}
     except (ImportError, AttributeError) as err:
         out["renderer"] = {"skipped": f"datagen.world not available ({err})"}
     backend = DiffusersBackend(tiny_pipeline(0, diffusers_size), steps=steps, size=diffusers_size,
                                batch_size=8)
     backend.generate(captions[:2], seeds[:2])  # warm-up
     m = max(8, n // 4)
-    t = time.perf_counter()
-    backend.generate(captions[:m], seeds[:m])
-    secs = time.perf_counter() - t
+    rates = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        backend.generate(captions[:m], seeds[:m])
+        rates.append(m / (time.perf_counter() - t))
     out["tiny_diffusers"] = {"images": m, "size": diffusers_size, "steps": steps, "guidance": 7.5,
-                             "batch": 8, "images_per_s": round(m / secs, 2),
+                             "batch": 8, "images_per_s": summarize(rates, 2),
                              "note": "random tiny pipeline: measures the plumbing, not a real model"}
     return out
 
@@ -184,37 +200,41 @@ def main() -> None:
     p.add_argument("--factory", default=None, help="faiss factory (default IVF<4sqrtN>,Flat)")
     p.add_argument("--n-pairs", type=int, default=200)
     p.add_argument("--n-images", type=int, default=64)
+    p.add_argument("--reps", type=int, default=3, help="repetitions of exact kNN, stitch and generate")
     p.add_argument("--only", default="exact,approx,stitch,generate")
     p.add_argument("--flat", action="store_true", help="also time faiss IndexFlatIP (method flat)")
     p.add_argument("--threads", type=int, default=None, help="BLAS/OpenMP threads (default: all)")
-    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "images.json"))
+    p.add_argument("--quick", action="store_true", help="10k exact, no approx, 50 pairs, 32 images")
+    p.add_argument("--out", default=None)
     args = p.parse_args()
+    if args.quick:
+        args.n_exact, args.n_pairs, args.n_images = 10_000, 50, 32
+        args.only = ",".join(x for x in args.only.split(",") if x != "approx")
     import faiss
     only = set(args.only.split(","))
-    path = Path(args.out)
-    results = json.loads(path.read_text()) if path.is_file() else {}
-    results["machine"] = {"cpus": os.cpu_count(), "faiss_threads": faiss.omp_get_max_threads(),
-                          "python": platform.python_version(),
-                          "load_avg_at_start": [round(x, 2) for x in os.getloadavg()], "faiss": faiss.__version__,
-                          "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    path = Path(args.out) if args.out else RESULTS_DIR / "images.json"
+    results = json.loads(path.read_text()) if path.is_file() else {}  # sections not run are kept
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    results.pop("run", None)
+    results.setdefault("runs", {})[",".join(sorted(only))] = {  # one entry per set of sections run
+        "faiss_threads": faiss.omp_get_max_threads(), "reps": args.reps,
+        "load_avg_at_start": [round(x, 2) for x in os.getloadavg()], "when": when}
     if "exact" in only:
-        results["exact_knn"] = bench_exact(args.n_exact, args.dim, args.k, args.flat)
-        print(json.dumps(results["exact_knn"]), flush=True)
+        results["exact_knn"] = {**bench_exact(args.n_exact, args.dim, args.k, args.flat, args.reps), "when": when}
     if "approx" in only:
         results["approx_knn"] = bench_approx(args.n_approx, args.dim, args.k,
                                              [int(x) for x in args.nprobe.split(",")], args.factory)
     if "stitch" in only:
-        results["stitch"] = {**bench_stitch(args.n_pairs), "load_avg_1min": round(os.getloadavg()[0], 2),
-                             "when": results["machine"]["when"]}
-        print(json.dumps(results["stitch"]), flush=True)
+        results["stitch"] = {**bench_stitch(args.n_pairs, args.reps), "load_avg_1min": round(os.getloadavg()[0], 2),
+                             "when": when}
+        log(f"images: stitch {results['stitch']['pairs_per_s']['median']} pairs/s")
     if "generate" in only:
-        results["generate"] = {**bench_generate(args.n_images, 32, 2),
-                               "load_avg_1min": round(os.getloadavg()[0], 2),
-                               "when": results["machine"]["when"]}
-        print(json.dumps(results["generate"]), flush=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1))
-    print(f"wrote {path}")
+        results["generate"] = {**bench_generate(args.n_images, 32, 2, args.reps),
+                               "load_avg_1min": round(os.getloadavg()[0], 2), "when": when}
+        log("images: generate " + json.dumps({k: v.get("images_per_s", {}).get("median")
+                                              for k, v in results["generate"].items() if isinstance(v, dict)}))
+    results.pop("machine", None)  # superseded by the meta block
+    write_result("images", results, path)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
-"""Command line for the image generators: `python -m datagen {stitch,knn,genimages} ...`.
+"""Command line for the image generators and real-data preparation:
+`python -m datagen {stitch,knn,genimages,prepare} ...`.
 
 Each subcommand writes a shard set (resuming one a killed run left), reads it back with
-`verify_shard_set` and prints the manifest summary as JSON. Hard-negative captions have their
-own CLI, `python -m datagen.negatives`; the synthetic world, `python -m datagen.world`.
+`verify_shard_set` and prints the manifest summary as JSON (`prepare cocobank` writes an object
+bank folder and prints its counts). `prepare coco|trohn|cocobank` turn COCO, TROHN-Text/-Img and
+COCO instances into shard sets / an object bank (docs/data_prep.md). Hard-negative captions have
+their own CLI, `python -m datagen.negatives`; the synthetic world, `python -m datagen.world`.
 """
 from __future__ import annotations
 
@@ -86,6 +89,101 @@ def cmd_genimages(args) -> dict:
                            scorer, args.seed, args.ext, args.gen_batch, args.max_count, args.max_bytes)
 
 
+def cmd_prepare_coco(args) -> dict:
+    from datagen.prepare.coco import prepare_coco
+    knn_options = {"method": args.method, "batch_size": args.batch_size, "dtype": args.dtype}
+    return prepare_coco(args.out, args.images, captions=args.captions, karpathy=args.karpathy,
+                        splits=_csv(args.split), kinds=_csv(args.negatives) or None,
+                        mode=args.mode, cap=args.cap, seed=args.seed, workers=args.workers,
+                        shard_size=args.max_count, skip_missing=args.skip_missing,
+                        max_side=args.max_side, limit=args.limit, vocab=args.vocab, knn=args.knn,
+                        scorer_factory=lambda: _scorer(args), base=args.base,
+                        knn_options=knn_options, progress=not args.quiet)
+
+
+def cmd_prepare_trohn(args) -> dict:
+    from datagen.prepare.trohn import prepare_trohn
+    return prepare_trohn(args.dataset, args.out, args.images_root, split=args.split,
+                         revision=args.revision, group=args.group, label=args.label,
+                         skip_missing=args.skip_missing, max_side=args.max_side,
+                         shard_size=args.max_count, max_bytes=args.max_bytes, limit=args.limit,
+                         progress=not args.quiet)
+
+
+def cmd_prepare_cocobank(args) -> dict:
+    from datagen.prepare.cocobank import write_coco_object_bank
+    return write_coco_object_bank(args.instances, args.images, args.out, args.per_class,
+                                  args.min_size, args.min_fill, args.max_side, args.seed,
+                                  args.skip_missing)
+
+
+def _prepare_parsers(sub) -> None:
+    prep = sub.add_parser("prepare", help="real data sources -> shard sets (docs/data_prep.md)")
+    psub = prep.add_subparsers(dest="source", required=True)
+
+    p = psub.add_parser("coco", help="COCO / Karpathy captions + images -> shards with neg.json "
+                        "(and nn.json + keys.tsv with --knn)")
+    p.add_argument("--captions", default=None, help="COCO 2017 captions_<split>2017.json")
+    p.add_argument("--karpathy", default=None, help="Karpathy dataset_coco.json (instead of --captions)")
+    p.add_argument("--split", default="train",
+                   help="Karpathy splits to keep, comma-separated (train, restval, val, test)")
+    p.add_argument("--images", required=True, help="images folder: train2017/ for --captions; "
+                   "the folder holding train2014/ and val2014/ for --karpathy")
+    p.add_argument("--negatives", default="swap,replace,add",
+                   help="negative kinds, comma-separated (swap, replace:obj, add, ...)")
+    p.add_argument("--mode", choices=("sample", "all"), default="sample",
+                   help="one negative per sub-kind, or every distinct one up to --cap")
+    p.add_argument("--cap", type=int, default=8)
+    p.add_argument("--workers", type=int, default=1, help="negative-generation processes")
+    p.add_argument("--vocab", default=None, help="replacement vocabulary JSON to reuse")
+    p.add_argument("--knn", type=int, default=0, metavar="K",
+                   help="then add the K nearest-neighbour images (NegCLIP: 3)")
+    p.add_argument("--base", default=None, help="with --knn: where the images + negatives set "
+                   "goes first (default <out>_base; a complete set there is reused)")
+    p.add_argument("--method", default="auto", choices=["auto", "exact", "flat", "approx"])
+    p.add_argument("--dtype", default="float16", choices=["float16", "float32"])
+    _prepare_common(p)
+    _model_args(p)
+    _shard_args(p)
+    p.set_defaults(run=cmd_prepare_coco)
+
+    p = psub.add_parser("trohn", help="TROHN-Text / TROHN-Img (Hugging Face) -> shards")
+    p.add_argument("--dataset", required=True, help="imirandam/TROHN-Text or imirandam/TROHN-Img, "
+                   "a save_to_disk folder, a local clone or a .parquet file")
+    p.add_argument("--split", default="train")
+    p.add_argument("--revision", default=None, help="dataset revision (commit) on the hub")
+    p.add_argument("--images-root", required=True, help="COCO train2017/ folder (anchor images)")
+    p.add_argument("--group", action=argparse.BooleanOptionalAction, default=None,
+                   help="one sample per (image, caption) with all its negatives "
+                        "(default: yes for TROHN-Text, no for TROHN-Img)")
+    p.add_argument("--label", default="auto", help="negative labels: auto (type/subtype columns "
+                   "if present, else inferred), infer, dataset, or a fixed KIND:SUBKIND")
+    _prepare_common(p)
+    _shard_args(p)
+    p.set_defaults(run=cmd_prepare_trohn)
+
+    p = psub.add_parser("cocobank", help="COCO instance cut-outs -> object bank folder for stitch")
+    p.add_argument("--instances", required=True, help="COCO instances_train2017.json")
+    p.add_argument("--images", required=True, help="train2017/ folder")
+    p.add_argument("--out", required=True, help="object bank folder")
+    p.add_argument("--per-class", type=int, default=100)
+    p.add_argument("--min-size", type=int, default=48, help="box sides in pixels, at least")
+    p.add_argument("--min-fill", type=float, default=0.3, help="outline area / box area, at least")
+    p.add_argument("--max-side", type=int, default=128, help="cut-outs shrunk to this size")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--skip-missing", action="store_true")
+    p.set_defaults(run=cmd_prepare_cocobank)
+
+
+def _prepare_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--skip-missing", action="store_true",
+                   help="skip and count missing / unreadable images instead of stopping")
+    p.add_argument("--max-side", type=int, default=None,
+                   help="re-encode images larger than this (JPEG q95); default: bytes as they are")
+    p.add_argument("--limit", type=int, default=None, help="read at most this many items")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m datagen", description=__doc__.splitlines()[0],
@@ -143,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(p)
     _shard_args(p)
     p.set_defaults(run=cmd_genimages)
+    _prepare_parsers(sub)
     return parser
 
 
@@ -170,13 +269,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     from datagen.shards import verify_shard_set
-    manifest = args.run(args)
+    try:
+        manifest = args.run(args)
+    except (ValueError, OSError) as err:  # OSError: missing files, an unreachable hub
+        if args.command != "prepare":
+            raise
+        print(f"error: {err}", file=sys.stderr)  # one line naming the file / key / row
+        return 2
+    if args.command == "prepare" and args.source == "cocobank":
+        print(json.dumps(manifest, indent=1))
+        return 0
     totals = verify_shard_set(args.out)
     skipped: dict[str, int] = {}
     for shard in manifest["shards"]:
         for reason, count in shard["skipped"].items():
             skipped[reason] = skipped.get(reason, 0) + count
-    extra = {k: manifest[k] for k in ("knn", "genimages", "object_bank") if k in manifest}
+    extra = {k: manifest[k] for k in ("knn", "genimages", "object_bank", "source") if k in manifest}
     print(json.dumps({"out": str(args.out), "verified": totals, "skipped": skipped, **extra}, indent=1))
     return 0
 

@@ -1,12 +1,15 @@
 """Command line: `python -m datagen.negatives generate | audit ...`.
 
     python -m datagen.negatives generate captions_train2017.json out/ [--workers 1] [--mode all]
+        [--images train2017/ [--skip-missing]]
     python -m datagen.negatives audit --sugarcrepe ../shared/benchmarks/sugarcrepe \
         --json audit.json --markdown audit.md [--ours out/]
 
 `generate` writes a shard set (see datagen/negatives/pipeline.py); rerunning the same command
-after a kill resumes. `audit` without `--ours` runs our rules on SugarCrepe's positive captions
-and compares with SugarCrepe's own negatives (see datagen/audit.py).
+after a kill resumes. With `--images` each caption's image file is put into its sample (what
+`python -m datagen prepare coco` runs; see docs/data_prep.md). `audit` without `--ours` runs
+our rules on SugarCrepe's positive captions and compares with SugarCrepe's own negatives (see
+datagen/audit.py).
 """
 from __future__ import annotations
 
@@ -19,12 +22,17 @@ from pathlib import Path
 
 def _generate(args: argparse.Namespace) -> int:
     from datagen.negatives.pipeline import run_generate
+    images = None
+    if args.images:
+        from datagen.prepare.imagefiles import ImageFiles
+        images = ImageFiles(args.images)
     result = run_generate(args.input, args.out, kinds=args.kinds, mode=args.mode, cap=args.cap,
                           seed=args.seed, workers=args.workers, chunk_size=args.chunk_size,
                           shard_size=args.shard_size, vocab_path=args.vocab,
                           vocab_sample=args.vocab_sample, max_words=args.max_words,
                           progress=not args.quiet, image_col=args.image_col,
-                          caption_col=args.caption_col, limit=args.limit)
+                          caption_col=args.caption_col, limit=args.limit, images=images,
+                          skip_missing=args.skip_missing)
     print(json.dumps(result["stats"], indent=1, sort_keys=True))
     return 0
 
@@ -79,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--image-col", default=None)
     gen.add_argument("--caption-col", default=None)
     gen.add_argument("--limit", type=int, default=None, help="read at most this many captions")
+    gen.add_argument("--images", default=None,
+                     help="folder the inputs' image paths are relative to: attach the images")
+    gen.add_argument("--skip-missing", action="store_true",
+                     help="with --images: skip and count missing images instead of stopping")
     gen.add_argument("--quiet", action="store_true", help="no progress bar")
     gen.set_defaults(func=_generate)
 

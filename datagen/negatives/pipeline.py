@@ -14,6 +14,12 @@
    decoded) with `neg.json` added; rule negatives already there are replaced, others kept.
 4. Empty, non-English and over-long captions are skipped and counted: text inputs record them in
    the manifest's `skipped`, shard inputs keep the sample without negatives.
+5. With `images` (a `datagen.prepare.imagefiles.ImageFiles`), each text item's image file
+   (`meta["image_path"]` under the images root) is attached as the sample's image, bytes as they
+   are on disk. A missing or unreadable file stops the run with an error naming the file and the
+   caption key (complete shards stay; rerunning resumes), or with `skip_missing` is skipped and
+   counted (`missing_image`, `corrupt_image`). `splits` keeps only items whose `meta["split"]`
+   is one of them (Karpathy's `train`, `restval`, ...).
 """
 from __future__ import annotations
 
@@ -28,9 +34,11 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from datagen.captions_io import CaptionItem, read_items
+from datagen.imageio import BadImage
 from datagen.negatives.rules import RuleNegativeGenerator
 from datagen.negatives.text import view
 from datagen.negatives.vocab import Vocabulary
+from datagen.prepare.imagefiles import SKIP_CORRUPT, SKIP_MISSING, MissingImage
 from datagen.schema import Negative, ShardSample
 from datagen.shards import ShardSetWriter
 
@@ -88,11 +96,14 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
                  vocab_path: Optional[str | Path] = None, vocab_sample: int = 20_000,
                  max_words: int = 100, batch_size: int = 256, progress: bool = True,
                  image_col: Optional[str] = None, caption_col: Optional[str] = None,
-                 limit: Optional[int] = None, stop_after: Optional[int] = None) -> dict[str, Any]:
+                 limit: Optional[int] = None, stop_after: Optional[int] = None,
+                 images=None, skip_missing: bool = False,
+                 splits: Optional[list[str]] = None) -> dict[str, Any]:
     """Generate negatives for every caption of `input_path` into the shard set `out_dir`.
 
     `limit` caps the input items read; `stop_after` stops (without closing the set) after that
-    many items of this run, as a kill would: for tests of resume.
+    many items of this run, as a kill would: for tests of resume. `images`, `skip_missing`,
+    `splits`: see point 5 of the module docstring.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -100,9 +111,15 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
               "batch_size": batch_size}
     features = {"negatives": "rules", "mode": mode, "seed": seed,
                 "kinds": sorted(kinds) if kinds else "all"}
+    if images is not None:
+        features["images"] = True
+    if splits:
+        features["splits"] = sorted(splits)
 
     def items() -> Iterator[CaptionItem]:
         it = read_items(input_path, image_col=image_col, caption_col=caption_col)
+        if splits:
+            it = (x for x in it if x.meta.get("split") in splits)
         return islice(it, limit) if limit is not None else it
 
     vocab_file = out_dir / VOCAB_FILE
@@ -125,13 +142,19 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
         for item, res in zip(chunk, results):
             stats["captions"] += 1
             negs = res if isinstance(res, list) else []
+            sample = None
+            if item.raw is None and isinstance(res, list):
+                sample = ShardSample(item.key, item.caption.strip(), meta=item.meta, negatives=negs)
+                if images is not None:
+                    res = _attach_image(sample, item, images, skip_missing) or res
             if not isinstance(res, list):
                 stats["skipped"][res] += 1
+                negs = []
             _count(stats, negs)
             if item.raw is not None:
                 _copy_with_negatives(writer, item.raw, negs)
             elif isinstance(res, list):
-                writer.add(ShardSample(item.key, item.caption.strip(), meta=item.meta, negatives=negs))
+                writer.add(sample)
             else:
                 writer.skip(res)
         if bar is not None:
@@ -140,14 +163,19 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
     chunks = _chunks(todo, done, chunk_size)
     if stop_after is not None:
         chunks = _take_items(chunks, stop_after)
-    if workers <= 1:
-        _init_worker(config, str(vocab_file), seed)
-        for start, chunk in chunks:
-            write(start, chunk, _work(start, [it.caption for it in chunk]))
-    else:
-        _run_pool(workers, config, str(vocab_file), seed, chunks, write)
-    if bar is not None:
-        bar.close()
+    try:
+        if workers <= 1:
+            _init_worker(config, str(vocab_file), seed)
+            for start, chunk in chunks:
+                write(start, chunk, _work(start, [it.caption for it in chunk]))
+        else:
+            _run_pool(workers, config, str(vocab_file), seed, chunks, write)
+    except BaseException as err:  # complete shards and the manifest stay; the partial one goes
+        writer.__exit__(type(err), err, None)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
     elapsed = time.perf_counter() - t0
     if stop_after is not None:  # simulated kill: complete shards stay, the partial one is dropped
         writer.__exit__(RuntimeError, RuntimeError("stopped"), None)
@@ -157,6 +185,24 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
     final["resumed_from"] = done
     (out_dir / STATS_FILE).write_text(json.dumps(final, indent=1, sort_keys=True))
     return {"manifest": manifest, "stats": final, "resumed_from": done}
+
+
+def _attach_image(sample: ShardSample, item: CaptionItem, images, skip_missing: bool) -> Optional[str]:
+    """Put the item's image file into `sample`; returns a skip reason, or raises, when it cannot."""
+    where = f"caption key '{item.key}', image_id {item.meta.get('image_id')}"
+    try:
+        if not item.meta.get("image_path"):
+            raise MissingImage(f"{item.meta.get('source', 'input')}: no image file name for {where}")
+        sample.image, sample.image_ext = images.load(item.meta["image_path"], where)
+    except MissingImage:
+        if not skip_missing:
+            raise
+        return SKIP_MISSING
+    except BadImage:
+        if not skip_missing:
+            raise
+        return SKIP_CORRUPT
+    return None
 
 
 def _copy_with_negatives(writer: ShardSetWriter, raw: dict[str, Any], negs: list[Negative]) -> None:

@@ -1,0 +1,258 @@
+"""Helpers every bench script shares: machine and version info, repetition statistics, results
+JSON, markdown tables, steady-state rates from TensorBoard files, progress on stderr.
+
+Pure Python at import (no torch, numpy or tensorboard), so `bench/run_all.py` and the tests
+load it fast. Each bench script writes `bench/results/<name>.json` through `write_result`, whose
+`meta` block says when, where and with which command the numbers were taken.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Callable, Iterable, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = ROOT / "bench" / "results"
+
+# distribution name -> label in the report
+PACKAGES = {"torch": "torch", "open_clip_torch": "open_clip", "accelerate": "accelerate",
+            "deepspeed": "deepspeed", "faiss-cpu": "faiss", "spacy": "spacy", "numpy": "numpy",
+            "webdataset": "webdataset", "diffusers": "diffusers", "pillow": "pillow"}
+
+
+# --- where and with what ----------------------------------------------------------------------
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def ram_gib() -> Optional[float]:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return None
+
+
+def gpu_name() -> Optional[str]:
+    """The first CUDA device's name, without importing torch (nvidia-smi), or None."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = [x.strip() for x in out.stdout.splitlines() if x.strip()]
+    return names[0] if out.returncode == 0 and names else None
+
+
+def machine_info() -> dict:
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "ram_gib": ram_gib(), "gpu": gpu_name(),
+            "platform": platform.platform(), "load_avg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def versions(packages: dict[str, str] = PACKAGES) -> dict[str, Optional[str]]:
+    """Installed versions (from package metadata, nothing imported); None when not installed."""
+    out: dict[str, Optional[str]] = {"python": platform.python_version()}
+    for dist, label in packages.items():
+        try:
+            out[label] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[label] = None
+    return out
+
+
+def git_commit(root: Path = ROOT) -> str:
+    """`<sha>` or `<sha> (+ uncommitted changes)`; 'unknown' outside a git checkout."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True,
+                               text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if not sha:
+        return "unknown"
+    return sha + (" (+ uncommitted changes)" if dirty else "")
+
+
+def command_line(argv: Optional[Sequence[str]] = None) -> str:
+    """The command as typed, relative to the repository root where possible."""
+    argv = list(sys.argv if argv is None else argv)
+    exe = Path(sys.executable)
+    try:
+        exe_s = str(exe.relative_to(ROOT)) if exe.is_relative_to(ROOT) else str(exe)
+    except ValueError:
+        exe_s = str(exe)
+    if argv and Path(argv[0]).is_absolute() and Path(argv[0]).is_relative_to(ROOT):
+        argv[0] = str(Path(argv[0]).relative_to(ROOT))
+    return " ".join(shlex.quote(a) for a in [exe_s] + argv)
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+# --- repetitions ------------------------------------------------------------------------------
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolation percentile (numpy's default), q in [0, 100]."""
+    xs = sorted(values)
+    if not xs:
+        raise ValueError("percentile of no values")
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summarize(values: Iterable[float], digits: int = 3) -> dict:
+    """Median and spread of repetitions: {median, min, max, q1, q3, n, runs}."""
+    xs = [float(v) for v in values]
+    if not xs:
+        raise ValueError("summarize needs at least one value")
+
+    def r(x: float) -> float:
+        return round(x, digits)
+    return {"median": r(statistics.median(xs)), "min": r(min(xs)), "max": r(max(xs)),
+            "q1": r(percentile(xs, 25)), "q3": r(percentile(xs, 75)), "n": len(xs),
+            "runs": [r(x) for x in xs]}
+
+
+def fmt_num(x: Optional[float]) -> str:
+    """Three significant figures, thousands without exponent; '-' for None."""
+    if x is None:
+        return "-"
+    x = float(x)
+    if x != x:  # NaN
+        return "nan"
+    ax = abs(x)
+    if ax >= 1000:
+        return f"{x:,.0f}"
+    if ax >= 100:
+        return f"{x:.0f}"
+    if ax >= 10:
+        return f"{x:.1f}"
+    if ax >= 1:
+        return f"{x:.2f}"
+    if ax == 0:
+        return "0"
+    return f"{x:.3g}"
+
+
+def fmt_stat(stat: Optional[dict], unit: str = "") -> str:
+    """'median (min–max, n=K)' of a `summarize` dict, `unit` after each number ('x' for ratios)."""
+    if not stat:
+        return "-"
+    if stat["n"] == 1:
+        return f"{fmt_num(stat['median'])}{unit} (n=1)"
+    return (f"{fmt_num(stat['median'])}{unit} ({fmt_num(stat['min'])}{unit}–{fmt_num(stat['max'])}{unit}, "
+            f"n={stat['n']})")
+
+
+def ratio_stat(num: Sequence[float], den: Sequence[float], digits: int = 3) -> dict:
+    """Summary of per-repetition ratios num[i] / den[i] (paired by repetition, as interleaved)."""
+    if len(num) != len(den):
+        raise ValueError(f"ratio_stat: {len(num)} numerators vs {len(den)} denominators")
+    return summarize([a / b for a, b in zip(num, den)], digits)
+
+
+def repeat(fn: Callable[[], float], reps: int) -> list[float]:
+    return [fn() for _ in range(reps)]
+
+
+def timed(fn: Callable) -> tuple:
+    """(result, wall seconds, CPU seconds of this process and its finished children)."""
+    def cpu() -> float:
+        t = os.times()  # children: 10 ms ticks; this process: the finer process_time
+        return time.process_time() + t.children_user + t.children_system
+    w0, c0 = time.perf_counter(), cpu()
+    result = fn()
+    return result, time.perf_counter() - w0, cpu() - c0
+
+
+# --- output -----------------------------------------------------------------------------------
+
+def log(msg: str) -> None:
+    """Progress line on stderr, time-stamped."""
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def meta(argv: Optional[Sequence[str]] = None, **extra) -> dict:
+    return {"date": now(), "command": command_line(argv), "machine": machine_info(),
+            "versions": versions(), "git_commit": git_commit(), **extra}
+
+
+def write_result(name: str, data: dict, out: Optional[str | Path] = None) -> Path:
+    """Write `data` plus a `meta` block to bench/results/<name>.json (or `out`); returns the path."""
+    path = Path(out) if out else RESULTS_DIR / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"meta": meta(), **{k: v for k, v in data.items() if k != "meta"}}
+    path.write_text(json.dumps(payload, indent=1) + "\n")
+    log(f"wrote {path}")
+    return path
+
+
+def read_result(name: str, results_dir: Path = RESULTS_DIR) -> Optional[dict]:
+    path = results_dir / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[object]],
+                   align: Optional[Sequence[str]] = None) -> str:
+    """A GitHub markdown table; `align` per column 'l' or 'r' (default: first left, rest right).
+    Pipes in cells are escaped, None shows as '-'."""
+    headers = [str(h) for h in headers]
+    align = list(align) if align else ["l"] + ["r"] * (len(headers) - 1)
+    if len(align) != len(headers):
+        raise ValueError("align needs one entry per column")
+
+    def cell(x: object) -> str:
+        return "-" if x is None else str(x).replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |",
+             "|" + "|".join("---:" if a == "r" else ":---" for a in align) + "|"]
+    for row in rows:
+        row = list(row)
+        if len(row) != len(headers):
+            raise ValueError(f"row has {len(row)} cells, table has {len(headers)} columns: {row}")
+        lines.append("| " + " | ".join(cell(x) for x in row) + " |")
+    return "\n".join(lines)
+
+
+# --- trainers' TensorBoard logs ---------------------------------------------------------------
+
+def tb_scalars(logdir: str | Path, tag: str) -> list[tuple[int, float, float]]:
+    """(step, wall_time, value) of one scalar tag in a TensorBoard folder, in step order."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return sorted((e.step, e.wall_time, e.value) for e in acc.Scalars(tag))
+
+
+def steady_rate(points: Sequence[tuple[int, float]], samples_per_step: int, warmup_steps: int) -> dict:
+    """Steady-state samples/s from (completed steps, wall time) log points: the samples between the
+    first point at or after `warmup_steps` and the last point, over the wall time between them."""
+    pts = sorted(points)
+    after = [p for p in pts if p[0] >= warmup_steps]
+    if len(after) < 2:
+        raise ValueError(f"need two log points at or after step {warmup_steps}, have {pts}")
+    (s0, t0), (s1, t1) = after[0], after[-1]
+    if t1 <= t0:
+        raise ValueError("log wall times do not increase")
+    return {"samples_per_s": (s1 - s0) * samples_per_step / (t1 - t0), "from_step": s0, "to_step": s1,
+            "seconds": t1 - t0}

@@ -1,0 +1,119 @@
+"""COCO captions + images -> a shard set with hard negatives, and optionally K image neighbours.
+
+    prepare_coco("data/shards/coco", "data/coco/train2017",
+                 captions="data/coco/annotations/captions_train2017.json")
+    prepare_coco("data/shards/coco_negclip", ..., knn=3, scorer_factory=make_scorer,
+                 base="data/shards/coco")
+
+Two existing stages, chained, nothing re-implemented:
+
+1. `datagen.negatives.pipeline.run_generate` with `images=ImageFiles(images_root)`: one sample
+   per caption with `jpg` (the file's bytes), `txt`, `json` (source, image_id, image_path[, split])
+   and `neg.json` (rule negatives: swap / replace / add). Input: COCO 2017 `captions_*.json`
+   (image files `<images_root>/<file_name>`, i.e. the `train2017/` folder) or Karpathy's
+   `dataset_coco.json` (image files `<images_root>/<filepath>/<filename>`, i.e. the folder that
+   holds `train2014/` and `val2014/`), filtered to `splits`. A missing image file stops the run
+   with an error naming the file and the caption key, or with `skip_missing` is skipped and
+   counted. Resumable: rerun the same command.
+2. With `knn=K`: `datagen.knn.run_knn` embeds the images of stage 1's set, finds each image's K
+   nearest neighbours and writes the final set (`nn.json`, `keys.tsv`). Stage 1 then goes to
+   `base` (default `<out>_base`); a complete base set is reused as it is, so `base` may be an
+   earlier run's plain output (e.g. `data/shards/coco` for `data/shards/coco_negclip`).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from datagen.prepare.imagefiles import ImageFiles
+from datagen.shards import read_manifest
+
+
+def default_base(out_dir: str | Path) -> Path:
+    out_dir = Path(out_dir)
+    return out_dir.with_name(out_dir.name + "_base")
+
+
+def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
+                 captions: Optional[str | Path] = None, karpathy: Optional[str | Path] = None,
+                 splits: Sequence[str] = ("train",), kinds: Optional[list[str]] = None,
+                 mode: str = "sample", cap: int = 8, seed: int = 0, workers: int = 1,
+                 shard_size: int = 10_000, skip_missing: bool = False,
+                 max_side: Optional[int] = None, limit: Optional[int] = None,
+                 vocab: Optional[str | Path] = None, knn: int = 0,
+                 scorer_factory: Optional[Callable[[], Any]] = None,
+                 base: Optional[str | Path] = None, knn_options: Optional[dict] = None,
+                 progress: bool = True, stop_after: Optional[int] = None) -> dict[str, Any]:
+    """Run stage 1 (and 2 with `knn`); returns the final set's manifest. `stop_after` stops
+    stage 1 after that many captions without closing the set, as a kill would (tests)."""
+    from datagen.negatives.pipeline import run_generate
+    if (captions is None) == (karpathy is None):
+        raise ValueError("give exactly one caption source: COCO captions JSON or Karpathy JSON")
+    if knn and scorer_factory is None:
+        raise ValueError("knn needs a scorer (an image model) to embed the images")
+    stage1 = Path(base) if (knn and base) else default_base(out_dir) if knn else Path(out_dir)
+    if knn and (Path(out_dir) / "manifest.json").is_file() and read_manifest(out_dir).get("complete"):
+        _say(progress, f"prepare coco: {out_dir} is already complete")
+        return read_manifest(out_dir)
+    images = ImageFiles(images_root, max_side)
+    _say(progress, f"prepare coco: captions + images + negatives -> {stage1}")
+    result = run_generate(captions if captions is not None else karpathy, stage1, kinds=kinds,
+                          mode=mode, cap=cap, seed=seed, workers=workers, shard_size=shard_size,
+                          vocab_path=vocab, progress=progress, limit=limit, stop_after=stop_after,
+                          images=images, skip_missing=skip_missing,
+                          splits=list(splits) if karpathy is not None else None)
+    _report(progress, stage1, result["manifest"])
+    if stop_after is not None or not knn:
+        return result["manifest"]
+    from datagen.knn import run_knn
+    total = sum(s["samples"] for s in read_manifest(stage1)["shards"])
+    _say(progress, f"prepare coco: {knn} nearest neighbours of {total} images -> {out_dir}")
+    scorer = _ProgressScorer(scorer_factory(), total, progress)
+    try:
+        manifest = run_knn(stage1, out_dir, scorer, k=knn, max_count=shard_size,
+                           **(knn_options or {}))
+    finally:
+        scorer.close()
+    _say(progress, f"prepare coco: done; {out_dir} is complete" + (
+        "" if base else f" (the stage-1 set {stage1} may be deleted)"))
+    return manifest
+
+
+def _say(enabled: bool, message: str) -> None:
+    if enabled:
+        print(message, file=sys.stderr, flush=True)
+
+
+def _report(enabled: bool, directory: Path, manifest: dict) -> None:
+    skipped: dict[str, int] = {}
+    for shard in manifest["shards"]:
+        for reason, count in shard["skipped"].items():
+            skipped[reason] = skipped.get(reason, 0) + count
+    samples = sum(s["samples"] for s in manifest["shards"])
+    _say(enabled, f"prepare coco: {directory}: {samples} samples, skipped {skipped or 'none'}")
+
+
+class _ProgressScorer:
+    """Forwards to a scorer, ticking a progress bar (stderr) per embedded image."""
+
+    def __init__(self, scorer, total: int, enabled: bool):
+        self._scorer = scorer
+        self.name = getattr(scorer, "name", "?")  # embed_shard_set keys its cache on it
+        self._bar = None
+        if enabled:
+            from tqdm import tqdm
+            self._bar = tqdm(total=total, unit="img", unit_scale=True, desc="knn embed")
+
+    def encode_images(self, images):
+        out = self._scorer.encode_images(images)
+        if self._bar is not None:
+            self._bar.update(len(images))
+        return out
+
+    def __getattr__(self, item):
+        return getattr(self._scorer, item)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()

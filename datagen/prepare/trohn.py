@@ -1,0 +1,317 @@
+"""TROHN-Text / TROHN-Img (the BiVLC paper's training sets) -> a shard set.
+
+    prepare_trohn("imirandam/TROHN-Text", "data/shards/trohn_text", "data/coco/train2017")
+
+Sources (Hugging Face dataset cards, read 2026; see docs/data_prep.md):
+
+| dataset                 | columns                                                   | rows (train / validation) |
+|-------------------------|-----------------------------------------------------------|---------------------------|
+| `imirandam/TROHN-Text`  | `image_id` (COCO 2017 train file name, e.g. `000000391979.jpg`), `caption`, `negative_caption` | 2,922,276 / 730,570 |
+| `imirandam/TROHN-Img`   | the same plus `negative_image` (an SD-XL image of the negative caption) | 236,856 / 59,214 |
+
+`dataset` may be a hub id (`datasets.load_dataset(id, split=split)`), an already loaded
+`datasets.Dataset` / `DatasetDict`, a `save_to_disk` folder, a local clone of the hub repository,
+or a `.parquet` file. The anchor image is `<images_root>/<image_id>` (COCO train2017 is not in the
+datasets). Neither dataset labels its negatives, so each gets a schema label from the
+dataset's `type` / `subtype` columns when it has them (BiVLC-style), else an inferred one
+(`datagen.prepare.labels`), or a fixed `kind:subkind` given by the caller.
+
+- **TROHN-Text**: by default rows with the same (image_id, caption) are grouped into one sample
+  whose `neg.json` holds all their negatives (the dataset has one row per negative type, so a
+  caption appears in up to 7 rows; grouping keeps one copy of the image and lets the trainer
+  draw among the negatives). `group=False` writes one sample per row.
+- **TROHN-Img**: one sample per row: `neg.json` = the negative caption, and the partner pair
+  (kind `generated`, `negative_index` 0) = the negative image with the negative caption. Image
+  bytes are copied as stored in the dataset (no re-encode, unless `max_side`).
+
+Keys are `trohntext<row>` / `trohnimg<row>` (the first row of a group), so they are stable for a
+given dataset revision. A missing COCO image or a missing negative image raises an error
+naming the dataset row and image id, or with `skip_missing` is skipped and counted
+(`missing_image`, `corrupt_image`, `missing_negative_image`). Rows without a usable negative
+(empty, or equal to the caption after `normalise`) are skipped and counted (`no_negative`).
+The writer resumes after its last complete shard (units are skipped, not re-read).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from datagen.imageio import BadImage
+from datagen.negatives.base import normalise
+from datagen.prepare.imagefiles import (SKIP_CORRUPT, SKIP_MISSING, ImageFiles, MissingImage,
+                                        image_bytes)
+from datagen.schema import SUBKINDS, Negative, Partner, SchemaError, ShardSample
+from datagen.shards import ShardSetWriter
+
+REQUIRED = ("image_id", "caption", "negative_caption")
+STATS_FILE = "prepare_stats.json"
+
+
+class RowError(ValueError):
+    """A dataset row that cannot be written; the message names the dataset and row."""
+
+
+def load_rows(dataset: Any, split: str = "train", revision: Optional[str] = None):
+    """A `datasets.Dataset` from any of the forms listed in the module docstring."""
+    import datasets
+    if isinstance(dataset, (datasets.Dataset, datasets.DatasetDict)):
+        ds = dataset
+    else:
+        path = Path(str(dataset))
+        if path.is_file() and path.suffix == ".parquet":
+            ds = datasets.load_dataset("parquet", data_files=str(path), split="train")
+        elif path.is_dir() and any((path / f).is_file() for f in ("dataset_dict.json", "state.json")):
+            ds = datasets.load_from_disk(str(path))
+        else:  # a hub id, or a local clone of the hub repository (README config + data/*.parquet)
+            ds = datasets.load_dataset(str(dataset), split=split, revision=revision)
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            raise RowError(f"{dataset}: no split '{split}' (has {', '.join(ds)})")
+        ds = ds[split]
+    missing = [c for c in REQUIRED if c not in ds.column_names]
+    if missing:
+        raise RowError(f"{dataset}: missing column(s) {', '.join(missing)} (has "
+                       f"{', '.join(ds.column_names)}); expected TROHN-Text/-Img columns "
+                       f"{', '.join(REQUIRED)}[, negative_image]")
+    return ds
+
+
+def image_file(image_id: Any) -> str:
+    """COCO file name for an image id: TROHN gives `000000391979.jpg`; bare numbers are padded."""
+    text = str(image_id).strip()
+    if text.isdigit():
+        return f"{int(text):012d}.jpg"
+    return text
+
+
+class Units:
+    """The input items, in order: one row each, or one group of rows sharing (image, caption)."""
+
+    def __init__(self, ds, group: bool, batch: int = 10_000):
+        self.n_rows = len(ds)
+        self.group = group
+        if not group:
+            return
+        hashes = np.empty(self.n_rows, np.uint64)
+        i = 0
+        for chunk in ds.select_columns(["image_id", "caption"]).iter(batch_size=batch):
+            for image_id, caption in zip(chunk["image_id"], chunk["caption"]):
+                key = f"{image_file(image_id)}\0{str(caption).strip()}".encode("utf-8")
+                hashes[i] = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
+                i += 1
+        _, first, inverse, counts = np.unique(hashes, return_index=True, return_inverse=True,
+                                              return_counts=True)
+        self._order = np.argsort(first, kind="stable")  # groups by first appearance
+        self._rows = np.argsort(inverse.reshape(-1), kind="stable")  # rows grouped, ascending
+        self._starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        self._counts = counts
+
+    def __len__(self) -> int:
+        return len(self._order) if self.group else self.n_rows
+
+    def rows(self, unit: int) -> list[int]:
+        if not self.group:
+            return [unit]
+        g = self._order[unit]
+        start = self._starts[g]
+        return [int(r) for r in self._rows[start:start + self._counts[g]]]
+
+
+def _label_mode(ds, label: str) -> str:
+    if label == "auto":
+        return "dataset" if {"type", "subtype"} <= set(ds.column_names) else "inferred"
+    if label == "infer":
+        return "inferred"
+    if label == "dataset":
+        if not {"type", "subtype"} <= set(ds.column_names):
+            raise RowError("label 'dataset' needs columns type and subtype")
+        return "dataset"
+    kind, _, sub = label.partition(":")
+    Negative("x", kind, sub)  # SchemaError names a bad label
+    return "fixed"
+
+
+def prepare_trohn(dataset: Any, out_dir: str | Path, images_root: str | Path, *,
+                  split: str = "train", name: Optional[str] = None, revision: Optional[str] = None,
+                  group: Optional[bool] = None, label: str = "auto", skip_missing: bool = False,
+                  max_side: Optional[int] = None, shard_size: int = 10_000,
+                  max_bytes: int = 1 << 30, limit: Optional[int] = None, chunk: int = 512,
+                  progress: bool = True, stop_after: Optional[int] = None,
+                  labeller=None) -> dict[str, Any]:
+    """Write TROHN-Text or TROHN-Img rows as a shard set; returns the manifest.
+
+    `stop_after` stops after that many units of this run without closing the set, as a kill
+    would (for tests of resume); `labeller` replaces `PairLabeller()` (for tests).
+    """
+    import datasets
+    ds = load_rows(dataset, split, revision)
+    name = name or (str(dataset) if isinstance(dataset, (str, Path)) else "dataset")
+    flavour = "img" if "negative_image" in ds.column_names else "text"
+    if flavour == "img" and isinstance(ds.features.get("negative_image"), datasets.Image):
+        ds = ds.cast_column("negative_image", datasets.Image(decode=False))  # keep stored bytes
+    group = (flavour == "text") if group is None else group
+    if group and flavour == "img":
+        raise RowError(f"{name}: TROHN-Img rows each carry their own negative image; they cannot "
+                       "be grouped (one partner per sample)")
+    mode = _label_mode(ds, label)
+    if mode == "inferred" and labeller is None:
+        from datagen.prepare.labels import PairLabeller
+        labeller = PairLabeller()
+    images = ImageFiles(images_root, max_side)
+    units = Units(ds, group)
+    total = min(len(units), limit) if limit is not None else len(units)
+    features = {"negatives": f"trohn-{flavour}", "labels": mode, "images": True, "grouped": group}
+    if flavour == "img":
+        features["partner"] = "generated"
+    writer = ShardSetWriter(out_dir, max_count=shard_size, max_bytes=max_bytes, features=features)
+    if writer.manifest.get("complete"):
+        return writer.manifest
+    writer.manifest["source"] = {"dataset": name, "split": split, "rows": len(ds), "units": total}
+    done = writer.inputs_done
+    stop = total if stop_after is None else min(total, done + stop_after)
+    stats: dict[str, Any] = {"units": 0, "samples": 0, "skipped": Counter(), "labels": Counter(),
+                             "dropped_negatives": 0}
+    bar = _progress(progress, done, total, f"trohn-{flavour}")
+    prefix = f"trohn{flavour}"
+    t0 = time.perf_counter()
+    try:
+        for start in range(done, stop, chunk):
+            unit_rows = [units.rows(u) for u in range(start, min(start + chunk, stop))]
+            flat = [r for rows in unit_rows for r in rows]
+            batch = ds[flat] if group else ds[flat[0]:flat[-1] + 1]
+            records = {r: {c: batch[c][i] for c in batch} for i, r in enumerate(flat)}
+            labels = _labels(records, mode, label, labeller, name)
+            for rows in unit_rows:
+                reason = _write_unit(writer, rows, records, labels, images, flavour, prefix, name,
+                                     split, mode, skip_missing, max_side, stats)
+                stats["units"] += 1
+                if reason:
+                    stats["skipped"][reason] += 1
+                else:
+                    stats["samples"] += 1
+            if bar is not None:
+                bar.update(len(unit_rows))
+    except BaseException as err:  # complete shards and the manifest stay; the partial one goes
+        writer.__exit__(type(err), err, None)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    stats.update(seconds=round(time.perf_counter() - t0, 3), resumed_from=done,
+                 skipped=dict(stats["skipped"]), labels=dict(sorted(stats["labels"].items())))
+    if stop < total:  # simulated kill
+        writer.__exit__(RuntimeError, RuntimeError("stopped"), None)
+        return writer.manifest
+    manifest = writer.close()
+    (Path(out_dir) / STATS_FILE).write_text(json.dumps(stats, indent=1, sort_keys=True))
+    if progress:
+        print(f"prepare trohn: {stats['samples']} samples written this run, skipped "
+              f"{stats['skipped'] or 'none'}", file=sys.stderr)
+    return manifest
+
+
+def _labels(records: dict[int, dict], mode: str, label: str, labeller,
+            name: str) -> dict[int, tuple[str, str]]:
+    """(kind, subkind) per row with a usable negative."""
+    usable = {r: rec for r, rec in records.items() if _negative_text(rec)}
+    if mode == "fixed":
+        kind, _, sub = label.partition(":")
+        return {r: (kind, sub) for r in usable}
+    if mode == "dataset":
+        out = {}
+        for r, rec in usable.items():
+            kind, sub = str(rec["type"]).strip().lower(), str(rec["subtype"]).strip().lower()
+            if kind not in SUBKINDS or sub not in SUBKINDS[kind]:
+                known = ", ".join(f"{k}:{s}" for k in SUBKINDS for s in SUBKINDS[k])
+                raise RowError(f"{name} row {r}: type/subtype '{rec['type']}'/'{rec['subtype']}' "
+                               f"is not a schema label ({known})")
+            out[r] = (kind, sub)
+        return out
+    rows = list(usable)
+    pairs = [(str(usable[r]["caption"]), _negative_text(usable[r])) for r in rows]
+    return dict(zip(rows, labeller(pairs)))
+
+
+def _negative_text(rec: dict) -> str:
+    neg = str(rec.get("negative_caption") or "").strip()
+    return neg if neg and normalise(neg) != normalise(str(rec.get("caption") or "")) else ""
+
+
+def _write_unit(writer: ShardSetWriter, rows: list[int], records: dict[int, dict],
+                labels: dict[int, tuple[str, str]], images: ImageFiles, flavour: str, prefix: str,
+                name: str, split: str, mode: str, skip_missing: bool, max_side: Optional[int],
+                stats: dict) -> Optional[str]:
+    """Write one unit's sample; returns the skip reason when it wrote none."""
+    first = records[rows[0]]
+    caption = str(first["caption"] or "").strip()
+    image_id = first["image_id"]
+    rel = image_file(image_id)
+    where = f"{name} row {rows[0]}, image_id '{image_id}'"
+    negatives, seen = [], set()
+    for r in rows:
+        text = _negative_text(records[r])
+        if not text:
+            stats["dropped_negatives"] += 1
+            continue
+        if text in seen:
+            continue
+        seen.add(text)
+        kind, sub = labels[r]
+        negatives.append(Negative(text, kind, sub, f"trohn-{flavour}"))
+    if not caption or not negatives:
+        writer.skip("no_negative")
+        return "no_negative"
+    try:
+        image, ext = images.load(rel, where)
+        partner = _partner(first, negatives[0].text, where, max_side) if flavour == "img" else None
+    except (MissingImage, BadImage, RowError) as err:
+        if not skip_missing:
+            raise
+        reason = (SKIP_MISSING if isinstance(err, MissingImage) else
+                  "missing_negative_image" if isinstance(err, RowError) else SKIP_CORRUPT)
+        writer.skip(reason)
+        return reason
+    meta = {"source": name, "split": split, "image_id": str(image_id), "image_path": rel,
+            "negative_labels": mode}
+    if flavour == "text":
+        meta["rows"] = rows
+    else:
+        meta["row"] = rows[0]
+    try:
+        writer.add(ShardSample(f"{prefix}{rows[0]:09d}", caption, image, ext, meta, negatives, partner))
+    except SchemaError as err:
+        raise RowError(f"{where}: {err}") from None
+    stats["labels"].update(f"{n.kind}:{n.subkind}" for n in negatives)
+    return None
+
+
+def _partner(rec: dict, caption: str, where: str, max_side: Optional[int]) -> Partner:
+    value = rec.get("negative_image")
+    data = None
+    if isinstance(value, dict):
+        data = value.get("bytes")
+        if not data and value.get("path") and Path(value["path"]).is_file():
+            data = Path(value["path"]).read_bytes()
+    elif isinstance(value, (bytes, bytearray)):
+        data = bytes(value)
+    elif value is not None and hasattr(value, "save"):  # a decoded PIL image
+        from datagen.imageio import encode_image
+        data = encode_image(value, "png")
+    if not data:
+        raise RowError(f"{where}: negative_image is empty")
+    data, ext = image_bytes(data, f"{where} negative_image", max_side)
+    return Partner(image=data, caption=caption, kind="generated", image_ext=ext, negative_index=0)
+
+
+def _progress(enabled: bool, initial: int, total: int, desc: str):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+    return tqdm(initial=initial, total=total, unit="sample", unit_scale=True, desc=desc)

@@ -1,0 +1,298 @@
+"""`python -m datagen prepare`: COCO captions + images -> negatives + neighbours, TROHN-Text /
+TROHN-Img from (fixture) Hugging Face datasets, COCO cut-outs as an object bank. Each output is
+read back with `verify_shard_set` and accepted by the trainer's feature check; bad rows and
+missing images give errors naming them; interrupted runs resume without duplicates or losses."""
+import io
+import json
+import random
+import shutil
+
+import datasets
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from datagen.__main__ import main
+from datagen.imageio import BadImage
+from datagen.prepare.coco import prepare_coco
+from datagen.prepare.imagefiles import ImageFiles, MissingImage
+from datagen.prepare.labels import PairLabeller
+from datagen.prepare.trohn import RowError, prepare_trohn
+from datagen.schema import ShardSample
+from datagen.shards import KeyIndex, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
+from trainer.compose import Composer
+from trainer.data import DataError, check_features, resolve_sources
+
+CAPTIONS = ["A man riding a brown horse on the beach.", "A red bus parked next to a tall building.",
+            "Two dogs chase three cats in a green park.", "A woman holding a blue umbrella in the rain.",
+            "A small cat sleeping on a wooden table.", "A boy throwing a ball to a black dog.",
+            "A plate of food with a fork and a knife.", "An old truck driving down a dirt road.",
+            "A girl in a pink shirt holding a blue kite.", "A bird sitting on a branch of a tree.",
+            "A pizza with cheese on a white plate.", "A train stopped at a busy station."]
+
+
+def jpeg(seed: int, size=(40, 32)) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def file_name(image_id: int) -> str:
+    return f"{image_id:012d}.jpg"
+
+
+@pytest.fixture(scope="module")
+def coco(tmp_path_factory):
+    """COCO 2017-style captions JSON: 6 images x 2 captions, images under train2017/."""
+    root = tmp_path_factory.mktemp("coco")
+    (root / "train2017").mkdir()
+    images, annotations = [], []
+    for i in range(6):
+        image_id = 100 + i
+        (root / "train2017" / file_name(image_id)).write_bytes(jpeg(i))
+        images.append({"id": image_id, "file_name": file_name(image_id), "width": 40, "height": 32})
+        for j in range(2):
+            annotations.append({"id": 1000 + 2 * i + j, "image_id": image_id,
+                                "caption": CAPTIONS[2 * i + j]})
+    path = root / "captions_train2017.json"
+    path.write_text(json.dumps({"images": images, "annotations": annotations}))
+    return root
+
+
+def samples(directory):
+    return [ShardSample.from_wds(raw) for url in shard_urls(directory) for raw in iter_raw_samples(url)]
+
+
+def test_prepare_coco_negatives_and_knn_feed_the_trainer(coco, tmp_path, capsys):
+    out = tmp_path / "coco_negclip"
+    args = ["prepare", "coco", "--captions", str(coco / "captions_train2017.json"), "--images",
+            str(coco / "train2017"), "--out", str(out), "--knn", "3", "--arch", "tiny-vit-64",
+            "--batch-size", "8", "--max-count", "5", "--quiet"]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    shutil.rmtree(tmp_path / "coco_negclip_base")
+    assert main(args) == 0  # a complete set is left as it is (its stage-1 set is not rebuilt)
+    assert json.loads(capsys.readouterr().out)["verified"] == report["verified"]
+    assert not (tmp_path / "coco_negclip_base").exists()
+    assert report["verified"]["samples"] == 12 and report["verified"]["with_neighbours"] == 12
+    assert report["verified"]["negatives"] >= 12 and report["skipped"] == {}
+    assert verify_shard_set(out)["shards"] == 3
+    manifest = read_manifest(out)
+    assert manifest["features"]["images"] and manifest["features"]["neighbours"] == 3
+    got = samples(out)
+    assert sorted(s.key for s in got) == [f"coco{1000 + i}" for i in range(12)]
+    index = KeyIndex(out)
+    for s in got:
+        assert s.image == (coco / "train2017" / s.meta["image_path"]).read_bytes()  # bytes as on disk
+        assert s.caption in CAPTIONS and s.negatives and all(n.source == "rules" for n in s.negatives)
+        assert {n.kind for n in s.negatives} <= {"swap", "replace", "add"}
+        assert len(s.neighbours) == 3
+        for nb in s.neighbours:  # another image (same image = same bytes = excluded), reachable
+            assert index.read(nb.key, "jpg") != s.image
+    sources = resolve_sources([str(out)])
+    check_features(sources, "neighbour", 2)  # what recipes/negclip asks for: no DataError
+    with pytest.raises(DataError, match="features.partner"):
+        check_features(sources, "generated", 0)
+    composer = Composer(preprocess=lambda im: torch.tensor(np.array(im.resize((8, 8))), dtype=torch.float32),
+                        tokenizer=None, batch_size=2, partner="neighbour", negatives_per_image=2)
+    raw = next(iter_raw_samples(shard_urls(out)[0]))
+    item = composer.item(raw, random.Random(0), str(out))
+    assert item.partner_caption in CAPTIONS and len(item.negatives) == 2
+
+
+def test_prepare_coco_missing_image_stops_naming_it_and_keeps_what_was_written(coco, tmp_path, capsys):
+    images = tmp_path / "train2017"
+    shutil.copytree(coco / "train2017", images)
+    (images / file_name(104)).unlink()  # the 5th image: captions 9 and 10 of 12
+    args = ["prepare", "coco", "--captions", str(coco / "captions_train2017.json"), "--images",
+            str(images), "--out", str(tmp_path / "out"), "--max-count", "3", "--quiet"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: ") and str(images / file_name(104)) in err
+    assert "caption key 'coco1008'" in err and "image_id 104" in err
+    manifest = read_manifest(tmp_path / "out")
+    assert not manifest["complete"] and [s["samples"] for s in manifest["shards"]] == [3, 3]
+    assert not list((tmp_path / "out").glob(".*.tmp"))  # the partial shard went away
+    assert main(args + ["--skip-missing"]) == 0  # resumes after the 6 written; skips and counts
+    report = json.loads(capsys.readouterr().out)
+    assert report["skipped"] == {"missing_image": 2} and report["verified"]["samples"] == 10
+    keys = [s.key for s in samples(tmp_path / "out")]
+    assert keys == [f"coco{1000 + i}" for i in range(12) if i not in (8, 9)]
+
+
+def test_prepare_coco_resume_is_byte_identical(coco, tmp_path):
+    kwargs = dict(captions=coco / "captions_train2017.json", shard_size=2, progress=False)
+    prepare_coco(tmp_path / "full", coco / "train2017", **kwargs)
+    part = prepare_coco(tmp_path / "res", coco / "train2017", stop_after=5, **kwargs)
+    assert not part["complete"] and sum(s["samples"] for s in part["shards"]) == 4
+    prepare_coco(tmp_path / "res", coco / "train2017", **kwargs)
+    full, res = read_manifest(tmp_path / "full"), read_manifest(tmp_path / "res")
+    assert res["complete"] and [s["sha256"] for s in res["shards"]] == [s["sha256"] for s in full["shards"]]
+    keys = [s.key for s in samples(tmp_path / "res")]
+    assert len(keys) == len(set(keys)) == 12
+
+
+def test_prepare_karpathy_keeps_the_chosen_splits(coco, tmp_path):
+    root = tmp_path / "coco2014"
+    (root / "train2014").mkdir(parents=True)
+    entries = []
+    for i, split in enumerate(["train", "restval", "val", "test"]):
+        name = f"COCO_train2014_{i:012d}.jpg"
+        (root / "train2014" / name).write_bytes(jpeg(10 + i))
+        entries.append({"filepath": "train2014", "filename": name, "cocoid": i, "split": split,
+                        "sentences": [{"raw": CAPTIONS[i], "sentid": 50 + i}]})
+    (root / "dataset_coco.json").write_text(json.dumps({"images": entries, "dataset": "coco"}))
+    manifest = prepare_coco(tmp_path / "k", root, karpathy=root / "dataset_coco.json",
+                            splits=["train", "restval"], progress=False)
+    assert manifest["features"]["splits"] == ["restval", "train"]
+    got = samples(tmp_path / "k")
+    assert [(s.key, s.meta["split"]) for s in got] == [("coco50", "train"), ("coco51", "restval")]
+    assert got[1].image == (root / "train2014" / "COCO_train2014_000000000001.jpg").read_bytes()
+
+
+def test_image_files_errors_and_resize(tmp_path):
+    (tmp_path / "a.jpg").write_bytes(jpeg(0, (300, 200)))
+    (tmp_path / "b.jpg").write_bytes(b"not an image at all")
+    files = ImageFiles(tmp_path)
+    assert files.load("a.jpg", "k")[1] == "jpg"
+    with pytest.raises(MissingImage, match=r"c\.jpg: image file not found \(key x\)"):
+        files.load("c.jpg", "key x")
+    with pytest.raises(BadImage, match=r"b\.jpg \(key y\): not a JPEG"):
+        files.load("b.jpg", "key y")
+    data, ext = ImageFiles(tmp_path, max_side=64).load("a.jpg", "k")
+    assert ext == "jpg" and Image.open(io.BytesIO(data)).size == (64, 43)
+
+
+def test_inferred_labels_on_trohn_style_pairs():
+    pairs = [("A man is in a kitchen making pizzas.", "A woman is in a kitchen making pizzas."),
+             ("a blue bike parked on a side walk.", "a red bike parked on a side walk."),
+             ("The table near the kitchen has a bowl of fruit on it.",
+              "The table far from the kitchen has a bowl of fruit on it."),
+             ("A cat resting on a laptop next to a person.", "A cat resting on a person next to a laptop."),
+             ("A girl in a pink shirt holding a blue umbrella.", "A girl in a blue shirt holding a pink umbrella."),
+             ("An elephant standing under a tree.", "An elephant and a squirrel standing under a tree."),
+             ("three people riding horses on a beach", "Three elderly people riding horses on a beach.")]
+    assert PairLabeller()(pairs) == [("replace", "obj"), ("replace", "att"), ("replace", "rel"),
+                                     ("swap", "obj"), ("swap", "att"), ("add", "obj"), ("add", "att")]
+
+
+def trohn_text_rows():
+    """TROHN-Text's columns; image 100's first caption has 3 negatives (rows 0, 2, 4)."""
+    c0, c1 = CAPTIONS[0], CAPTIONS[2]
+    rows = [(100, c0, "A woman riding a brown horse on the beach."),
+            (101, c1, "Two cats chase three dogs in a green park."),
+            (100, c0, "A horse riding a brown man on the beach."),
+            (102, CAPTIONS[4], CAPTIONS[4]),  # negative equal to the caption: no sample
+            (100, c0, "A man and a dog riding a brown horse on the beach."),
+            (103, CAPTIONS[6], "A plate of food with a spoon and a knife.")]
+    return {"image_id": [file_name(i) for i, _, _ in rows], "caption": [c for _, c, _ in rows],
+            "negative_caption": [n for _, _, n in rows]}
+
+
+def test_prepare_trohn_text_groups_labels_and_resumes(coco, tmp_path, capsys):
+    ds = datasets.Dataset.from_dict(trohn_text_rows())
+    ds.save_to_disk(str(tmp_path / "hf"))  # the CLI loads a local save_to_disk folder
+    out = tmp_path / "trohn_text"
+    assert main(["prepare", "trohn", "--dataset", str(tmp_path / "hf"), "--images-root",
+                 str(coco / "train2017"), "--out", str(out), "--max-count", "2", "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["skipped"] == {"no_negative": 1} and report["verified"]["samples"] == 3
+    assert read_manifest(out)["features"] == {"negatives": "trohn-text", "labels": "inferred",
+                                              "images": True, "grouped": True}
+    got = {s.key: s for s in samples(out)}
+    assert sorted(got) == ["trohntext000000000", "trohntext000000001", "trohntext000000005"]
+    first = got["trohntext000000000"]
+    assert first.meta["rows"] == [0, 2, 4] and first.caption == CAPTIONS[0]
+    assert [(n.kind, n.subkind) for n in first.negatives] == [("replace", "obj"), ("swap", "obj"),
+                                                              ("add", "obj")]
+    assert first.image == (coco / "train2017" / file_name(100)).read_bytes()
+    check_features(resolve_sources([str(out)]), "none", 1)  # recipes/trohn_text: per_image 1
+
+    full_hashes = [s["sha256"] for s in read_manifest(out)["shards"]]
+    part = prepare_trohn(ds, tmp_path / "res", coco / "train2017", shard_size=2, progress=False,
+                         name=str(tmp_path / "hf"), stop_after=3)
+    assert not part["complete"] and [s["inputs"] for s in part["shards"]] == [2]
+    prepare_trohn(ds, tmp_path / "res", coco / "train2017", shard_size=2, progress=False,
+                  name=str(tmp_path / "hf"))
+    assert [s["sha256"] for s in read_manifest(tmp_path / "res")["shards"]] == full_hashes
+    flat = prepare_trohn(ds, tmp_path / "flat", coco / "train2017", group=False, label="replace:obj",
+                         progress=False)
+    assert sum(s["samples"] for s in flat["shards"]) == 5 and flat["features"]["labels"] == "fixed"
+
+
+def png(seed: int) -> bytes:
+    buf = io.BytesIO()
+    Image.open(io.BytesIO(jpeg(seed))).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def trohn_img_dataset(bad_row=None):
+    rows = trohn_text_rows()
+    data = {k: [v[i] for i in (0, 1, 5)] for k, v in rows.items()}
+    data["negative_image"] = [{"bytes": png(40 + i), "path": None} for i in range(3)]
+    data["type"], data["subtype"] = ["replace", "SWAP", "replace"], ["obj", "obj", "obj"]
+    if bad_row is not None:
+        data["negative_image"][bad_row] = None
+    features = datasets.Features({k: datasets.Value("string") for k in data if k != "negative_image"})
+    features["negative_image"] = datasets.Image()
+    return datasets.Dataset.from_dict(data, features=features)
+
+
+def test_prepare_trohn_img_partner_is_the_generated_image(coco, tmp_path):
+    ds = trohn_img_dataset()
+    manifest = prepare_trohn(ds, tmp_path / "img", coco / "train2017", progress=False, name="fixture")
+    assert manifest["features"] == {"negatives": "trohn-img", "labels": "dataset", "images": True,
+                                    "grouped": False, "partner": "generated"}
+    got = samples(tmp_path / "img")
+    assert [s.key for s in got] == ["trohnimg000000000", "trohnimg000000001", "trohnimg000000002"]
+    for i, s in enumerate(got):
+        assert s.partner.kind == "generated" and s.partner.negative_index == 0
+        assert s.partner.image == png(40 + i) and s.partner.image_ext == "png"  # stored bytes
+        assert s.partner.caption == s.negatives[0].text
+    assert (got[1].negatives[0].kind, got[1].negatives[0].subkind) == ("swap", "obj")  # from columns
+    check_features(resolve_sources([str(tmp_path / "img")]), "generated", 1)  # recipes/trohn_img
+
+
+def test_prepare_trohn_bad_rows_error_naming_the_row(coco, tmp_path):
+    with pytest.raises(RowError, match=r"fixture row 1, image_id '000000000101.jpg': negative_image is empty"):
+        prepare_trohn(trohn_img_dataset(bad_row=1), tmp_path / "a", coco / "train2017",
+                      progress=False, name="fixture", shard_size=1)
+    assert [s["samples"] for s in read_manifest(tmp_path / "a")["shards"]] == [1]  # row 0 kept
+    rows = trohn_text_rows()
+    rows["image_id"][5] = file_name(999)
+    ds = datasets.Dataset.from_dict(rows)
+    with pytest.raises(MissingImage, match=r"000000000999\.jpg: image file not found "
+                                           r"\(fixture row 5, image_id '000000000999.jpg'\)"):
+        prepare_trohn(ds, tmp_path / "b", coco / "train2017", progress=False, name="fixture",
+                      label="add:obj")
+    manifest = prepare_trohn(ds, tmp_path / "c", coco / "train2017", progress=False, name="fixture",
+                             label="add:obj", skip_missing=True)
+    assert manifest["shards"][0]["skipped"] == {"no_negative": 1, "missing_image": 1}
+    with pytest.raises(RowError, match="missing column"):
+        prepare_trohn(ds.remove_columns("negative_caption"), tmp_path / "d", coco / "train2017")
+
+
+def test_coco_object_bank_feeds_the_stitcher(coco, tmp_path, capsys):
+    anns = []
+    for i, (cat, box) in enumerate([(1, (2, 2, 20, 20)), (2, (10, 4, 24, 24)), (1, (0, 0, 30, 25)),
+                                    (2, (1, 1, 3, 3))]):  # the last is too small
+        x, y, w, h = box
+        anns.append({"id": 500 + i, "image_id": 100 + i, "category_id": cat, "bbox": list(box),
+                     "iscrowd": 0, "segmentation": [[x, y, x + w, y, x + w / 2, y + h]]})
+    data = {"images": [{"id": 100 + i, "file_name": file_name(100 + i)} for i in range(4)],
+            "categories": [{"id": 1, "name": "traffic light"}, {"id": 2, "name": "dog"}],
+            "annotations": anns}
+    (tmp_path / "instances.json").write_text(json.dumps(data))
+    bank = tmp_path / "bank"
+    assert main(["prepare", "cocobank", "--instances", str(tmp_path / "instances.json"), "--images",
+                 str(coco / "train2017"), "--out", str(bank), "--min-size", "8", "--max-side", "16"]) == 0
+    assert json.loads(capsys.readouterr().out)["objects"] == 3
+    names = sorted(p.name for p in bank.iterdir())
+    assert names == ["dog_501.png", "traffic_light_500.png", "traffic_light_502.png"]
+    cut = Image.open(bank / "dog_501.png")
+    assert cut.mode == "RGBA" and max(cut.size) == 16 and cut.getchannel("A").getextrema() == (0, 255)
+    assert main(["stitch", "--bank", str(bank), "--out", str(tmp_path / "lr"), "--n", "4",
+                 "--canvas", "64"]) == 0
+    assert json.loads(capsys.readouterr().out)["verified"]["partners"] == 4
