@@ -10,6 +10,7 @@ data: {train_shards: ["x/shard-{000000..000001}.tar"], samples_per_epoch: 64, ba
 optim: {lr: 1e-6}
 schedule: {epochs: 1}
 """
+TWO = "data.train_shards=[coco, leftright]"
 
 
 def write(tmp_path, text):
@@ -44,6 +45,11 @@ def test_overrides_set_nested_keys_with_yaml_types(tmp_path):
     (GOOD, ["precision=fp8"], "key 'precision'"),
     (GOOD, ["optim.lr"], "not of the form key.sub=value"),
     ("name: [unclosed", [], "not valid YAML"),
+    (GOOD, [TWO, "data.source_batch=[4, 3]"], "key 'data': Value error, source_batch sums to 7, batch_size is 8"),
+    (GOOD, ["data.source_batch=[4, 4]"], "source_batch needs one anchor count per train_shards entry"),
+    (GOOD, [TWO, "data.source_batch=[8, 0]"], "key 'data.source_batch.1': Input should be greater than or equal"),
+    (GOOD, [TWO, "data.source_batch=[4, 4]", "data.source_weights=[1.0, 1.0]"],
+     "source_batch and source_weights exclude each other"),
 ])
 def test_bad_recipes_fail_with_one_line_naming_file_and_key(tmp_path, text, overrides, expected):
     path = write(tmp_path, text)
@@ -53,6 +59,11 @@ def test_bad_recipes_fail_with_one_line_naming_file_and_key(tmp_path, text, over
     assert "\n" not in message
     assert message.startswith(str(path))
     assert expected in message
+
+
+def test_source_batch_gives_the_exact_mix(tmp_path):
+    recipe = load_recipe(write(tmp_path, GOOD), [TWO, "data.source_batch=[6, 2]", "data.partner=mirrored"])
+    assert recipe.data.source_batch == [6, 2] and recipe.data.source_weights is None
 
 
 def test_missing_file_is_named(tmp_path):

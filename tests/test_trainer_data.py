@@ -136,3 +136,89 @@ def test_sources_are_mixed_by_weight(micro_model, tmp_path):
     assert set(keys([0.0, 1.0])) == {"b"}
     mixed = keys([1.0, 1.0])
     assert 8 <= mixed.count("a") <= 24 and 8 <= mixed.count("b") <= 24
+
+
+# --- exact per-batch mixes (data.source_batch) -----------------------------------------------
+
+@pytest.fixture(scope="module")
+def mix(tmp_path_factory):
+    """A COCO-like source (negatives, no partner) and a left-right one (mirrored partners)."""
+    root = tmp_path_factory.mktemp("mix")
+    return [write_fixture_shards(root / "coco", n=40, per_shard=8, prefix="c"),
+            write_fixture_shards(root / "lr", n=24, per_shard=8, partner="mirrored", negatives=False, prefix="l")]
+
+
+def mixed_stream(micro_model, mix, source_batch=(6, 2), batches=4, workers=0, batch_size=None, **kw):
+    comp = composer(micro_model, batch_size=batch_size or sum(source_batch), partner="mirrored", **kw)
+    return ShardStream(resolve_sources([str(p) for p in mix]), None, comp, seed=3, rank=0, world_size=1,
+                       batches_per_epoch=batches, num_streams=workers, shuffle_buffer=8, max_bad_fraction=0,
+                       source_batch=list(source_batch))
+
+
+def test_mixed_batch_has_exact_counts_with_partner_bearing_anchors_first(micro_model, mix):
+    from datagen.schema import ShardSample
+    from datagen.shards import iter_raw_samples
+    samples = [ShardSample.from_wds(r) for tar in sorted(mix[1].glob("*.tar")) for r in iter_raw_samples(tar)]
+    partner_caption = {s.key: s.partner.caption for s in samples}
+    s = mixed_stream(micro_model, mix, negatives_per_image=1)
+    assert s.composer.num_partners == 2
+    for batch, info in make_loader(s, 0, 0, 0):
+        batch.check()
+        assert [k[0] for k in batch.keys] == ["l"] * 2 + ["c"] * 6
+        assert batch.partner_of.tolist() == [0, 1] and batch.images.shape[0] == 8 + 2
+        expected = micro_model.tokenizer([partner_caption[k] for k in batch.keys[:2]])
+        assert torch.equal(batch.texts[8:10], expected)  # each stitched anchor's own mirrored partner
+        assert batch.text_valid[10:12].tolist() == [False, False]  # left-right anchors: no negatives
+        assert batch.text_valid[12:].all()  # COCO-like anchors: one negative each
+        assert sum(info["consumed_by_source"]) == info["consumed"]
+    capped = mixed_stream(micro_model, mix, partners_per_batch=1)
+    batch, _ = next(iter(make_loader(capped, 0, 0, 0)))
+    assert capped.composer.num_partners == 1 and batch.partner_of.tolist() == [0]
+
+
+def test_mixed_stream_is_deterministic_and_resumes_mid_epoch(micro_model, mix):
+    s = mixed_stream(micro_model, mix, batches=5, workers=2)
+    full = list(make_loader(s, 2, 0, 0))
+    again = list(make_loader(s, 2, 0, 0))
+    assert [b.keys for b, _ in full] == [b.keys for b, _ in again]
+    assert all(torch.equal(a.images, b.images) for (a, _), (b, _) in zip(full, again))
+    positions = {info["stream"]: {k: v for k, v in info.items() if k != "stream"} for _, info in full[:3]}
+    assert all(len(p["consumed_by_source"]) == 2 for p in positions.values())
+    s.set_position(0, 3, positions)
+    rest = list(make_loader(s, 2, 0, 0))
+    assert [b.keys for b, _ in rest] == [b.keys for b, _ in full[3:]]
+    assert all(torch.equal(a.images, b.images) and torch.equal(a.texts, b.texts)
+               for (a, _), (b, _) in zip(rest, full[3:]))
+    assert [i for _, i in rest] == [i for _, i in full[3:]]
+
+
+def test_mixed_stream_counts_bad_samples(micro_model, mix, shards):
+    s = ShardStream(resolve_sources([str(shards["corrupt"]), str(mix[1])]), None,
+                    composer(micro_model, partner="mirrored"), seed=3, rank=0, world_size=1, batches_per_epoch=6,
+                    num_streams=0, shuffle_buffer=8, max_bad_fraction=0.5, source_batch=[3, 1])
+    infos = [info for _, info in make_loader(s, 0, 0, 0)]
+    assert infos[-1]["bad"] > 0 and "cannot decode image" in infos[-1]["last_error"]
+    s.max_bad_fraction = 0.01
+    with pytest.raises(DataError, match=r"samples bad .* above data.max_bad_fraction=0.01"):
+        list(make_loader(s, 0, 0, 0))
+
+
+def test_source_batch_must_match_sources_and_batch(micro_model, mix):
+    with pytest.raises(DataError, match=r"data.source_batch \[4, 2\]: .* summing to batch_size 8"):
+        mixed_stream(micro_model, mix, source_batch=(4, 2), batch_size=8)
+    with pytest.raises(DataError, match=r"data.source_batch \[8\]: needs one count >= 1 per source \(2\)"):
+        mixed_stream(micro_model, mix, source_batch=(8,))
+
+
+def test_mixed_features_are_asked_only_of_sources_that_carry_them(shards, mix):
+    sources = resolve_sources([str(p) for p in mix])
+    check_features(sources, "mirrored", 2, mixed=True)  # COCO has no partner, left-right no negatives
+    with pytest.raises(DataError, match=r"data.train_shards\[0\] .*features.partner=None"):
+        check_features(sources, "mirrored", 0)  # without source_batch every source must have it
+    with pytest.raises(DataError, match=r"data.partner=generated but no data.train_shards source's manifest.json "
+                                        r"has features.partner='generated'"):
+        check_features(sources, "generated", 0, mixed=True)
+    with pytest.raises(DataError, match=r"negatives.per_image=1 but no data.train_shards source's manifest.json"):
+        check_features(resolve_sources([str(shards["plain"]), str(mix[1])]), "mirrored", 1, mixed=True)
+    with pytest.raises(DataError, match=r"data.partner=neighbour but no .* has features.neighbours"):
+        check_features(sources, "neighbour", 0, mixed=True)

@@ -12,9 +12,11 @@
   negatives get padding columns (`text_valid=False`).
 
 `Composer.collate(items)` lays out B items as the contract says: images `[anchors | partners]`,
-texts `[captions | partner captions | negatives]`, with partners of the first P anchors. All
-randomness comes from the `rng` passed in (and a torch seed drawn from it for the image
-augmentation), so a sample's composition depends only on its position in the stream.
+texts `[captions | partner captions | negatives]`, with partners of the first P anchors (P is at
+most `partner_anchors`: in a mixed batch, `data.source_batch`, the anchors of the sources that
+carry partners, which the stream puts first). All randomness comes from the `rng` passed in (and
+a torch seed drawn from it for the image augmentation), so a sample's composition depends only on
+its position in the stream.
 """
 from __future__ import annotations
 
@@ -55,14 +57,15 @@ class Composer:
     negatives_per_image: int = 0
     kinds: tuple[str, ...] = ("swap", "replace", "add")
     subkinds: Optional[tuple[str, ...]] = None
+    partner_anchors: Optional[int] = None  # the first anchors, which can have a partner; None: all B
     _indexes: dict = field(default_factory=dict, repr=False)
 
     @property
     def num_partners(self) -> int:
         if self.partner == "none":
             return 0
-        return self.batch_size if self.partners_per_batch is None else min(self.partners_per_batch,
-                                                                           self.batch_size)
+        anchors = self.batch_size if self.partner_anchors is None else self.partner_anchors
+        return anchors if self.partners_per_batch is None else min(self.partners_per_batch, anchors)
 
     # --- one sample ---------------------------------------------------------------------------
     def _image(self, data: bytes, rng: random.Random, what: str) -> torch.Tensor:

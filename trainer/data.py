@@ -14,6 +14,12 @@ one sample's composition (augmentation, neighbour, negatives) is seeded by its p
 stream, so the data a run sees depends only on the seed and the position: resuming skips the
 raw samples each stream had consumed (no decoding) and continues bit-for-bit.
 
+Exact mixes (`data.source_batch`): a stream then keeps one such reader (shards -> samples ->
+shuffle buffer, with its own RNGs) per source and fills every batch with `source_batch[i]` items
+from source i. Anchors of sources whose manifest carries the recipe's partner come first and get
+partners (the layout gives partners to the first P anchors); the others get none. The position is
+then counted per source (`consumed_by_source`), and resuming skips each reader's share.
+
 Batches come round-robin from the streams (DataLoader order), so batch i of an epoch is from
 stream i % workers; on resume the streams are rotated so the next batch comes from the right one.
 
@@ -25,7 +31,7 @@ each epoch's quota).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -77,29 +83,59 @@ def resolve_sources(entries: list[str]) -> list[Source]:
     return sources
 
 
-def check_features(sources: list[Source], partner: str, negatives_per_image: int) -> None:
-    """Fail before training when the recipe asks for something a shard set does not carry."""
+def _features(src: Source) -> dict:
+    return (src.manifest or {}).get("features") or {}
+
+
+def carries_partner(src: Source, partner: str) -> bool:
+    """Whether a source's manifest says its samples have the recipe's kind of partner."""
+    if partner == "neighbour":
+        return bool(_features(src).get("neighbours"))
+    return partner != "none" and _features(src).get("partner") == partner
+
+
+def check_features(sources: list[Source], partner: str, negatives_per_image: int, mixed: bool = False) -> None:
+    """Fail before training when the recipe asks for something a shard set does not carry.
+
+    `mixed` (`data.source_batch`): a feature is asked only of the sources whose manifest has it
+    (the other sources' anchors go without partner / with padding negatives), but one must have it.
+    """
+    if mixed:
+        if partner != "none" and not any(carries_partner(s, partner) for s in sources):
+            feature = "features.neighbours" if partner == "neighbour" else f"features.partner={partner!r}"
+            raise DataError(f"data.partner={partner} but no data.train_shards source's {MANIFEST} has "
+                            f"{feature}")
+        if negatives_per_image > 0 and not any(_features(s).get("negatives") for s in sources):
+            raise DataError(f"negatives.per_image={negatives_per_image} but no data.train_shards source's "
+                            f"{MANIFEST} has hard negatives (features.negatives)")
     for i, src in enumerate(sources):
-        where = f"data.train_shards[{i}] '{src.entry}'"
-        if src.manifest is None:
-            if partner == "neighbour":
-                raise DataError(f"{where}: data.partner=neighbour needs a shard set folder with "
-                                f"{MANIFEST} and {KEY_INDEX}; none found beside the shards")
-            continue
-        feats = src.manifest.get("features") or {}
-        if negatives_per_image > 0 and not feats.get("negatives"):
-            raise DataError(f"{where}: negatives.per_image={negatives_per_image} but the shard set's "
-                            f"{MANIFEST} says it has no hard negatives (features.negatives)")
+        if mixed:
+            _check_source(i, src, partner if carries_partner(src, partner) else "none", 0)
+        else:
+            _check_source(i, src, partner, negatives_per_image)
+
+
+def _check_source(i: int, src: Source, partner: str, negatives_per_image: int) -> None:
+    where = f"data.train_shards[{i}] '{src.entry}'"
+    if src.manifest is None:
         if partner == "neighbour":
-            if not feats.get("neighbours"):
-                raise DataError(f"{where}: data.partner=neighbour but the shard set's {MANIFEST} "
-                                f"says it has no neighbours (features.neighbours)")
-            if not (Path(src.directory) / KEY_INDEX).is_file():
-                raise DataError(f"{where}: data.partner=neighbour needs {src.directory}/{KEY_INDEX} "
-                                f"(build it with datagen.shards.KeyIndex.build)")
-        elif partner in ("generated", "mirrored") and feats.get("partner") != partner:
-            raise DataError(f"{where}: data.partner={partner} but the shard set's {MANIFEST} says "
-                            f"features.partner={feats.get('partner')!r}")
+            raise DataError(f"{where}: data.partner=neighbour needs a shard set folder with "
+                            f"{MANIFEST} and {KEY_INDEX}; none found beside the shards")
+        return
+    feats = _features(src)
+    if negatives_per_image > 0 and not feats.get("negatives"):
+        raise DataError(f"{where}: negatives.per_image={negatives_per_image} but the shard set's "
+                        f"{MANIFEST} says it has no hard negatives (features.negatives)")
+    if partner == "neighbour":
+        if not feats.get("neighbours"):
+            raise DataError(f"{where}: data.partner=neighbour but the shard set's {MANIFEST} "
+                            f"says it has no neighbours (features.neighbours)")
+        if not (Path(src.directory) / KEY_INDEX).is_file():
+            raise DataError(f"{where}: data.partner=neighbour needs {src.directory}/{KEY_INDEX} "
+                            f"(build it with datagen.shards.KeyIndex.build)")
+    elif partner in ("generated", "mirrored") and feats.get("partner") != partner:
+        raise DataError(f"{where}: data.partner={partner} but the shard set's {MANIFEST} says "
+                        f"features.partner={feats.get('partner')!r}")
 
 
 def shuffled(samples: Iterator, bufsize: int, rng: random.Random) -> Iterator:
@@ -117,12 +153,26 @@ def shuffled(samples: Iterator, bufsize: int, rng: random.Random) -> Iterator:
 
 
 class ShardStream(IterableDataset):
-    """Yields `(Batch, info)`; info = the stream's position and bad-sample counts."""
+    """Yields `(Batch, info)`; info = the stream's position and bad-sample counts.
+
+    `source_batch` (one count per source, summing to the composer's B) makes every batch an exact
+    mix; the stream then gives the composer `partner_anchors` = the anchors of partner-bearing
+    sources, so its `num_partners` matches the batch.
+    """
 
     def __init__(self, sources: list[Source], weights: Optional[list[float]], composer: Composer,
                  seed: int, rank: int, world_size: int, batches_per_epoch: int, num_streams: int,
-                 shuffle_buffer: int, max_bad_fraction: float):
+                 shuffle_buffer: int, max_bad_fraction: float, source_batch: Optional[list[int]] = None):
         self.sources, self.weights, self.composer = sources, weights or [1.0] * len(sources), composer
+        self.source_batch = source_batch
+        if source_batch is not None:
+            n, b = len(sources), composer.batch_size
+            if len(source_batch) != n or min(source_batch) < 1 or sum(source_batch) != b:
+                raise DataError(f"data.source_batch {source_batch}: needs one count >= 1 per source ({n}) "
+                                f"summing to batch_size {b}")
+            self.bears_partner = [carries_partner(s, composer.partner) for s in sources]
+            partner_anchors = sum(count for count, bears in zip(source_batch, self.bears_partner) if bears)
+            self.composer = replace(composer, partner_anchors=partner_anchors)
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.batches_per_epoch, self.num_streams = batches_per_epoch, max(1, num_streams)
         self.shuffle_buffer, self.max_bad_fraction = shuffle_buffer, max_bad_fraction
@@ -141,11 +191,6 @@ class ShardStream(IterableDataset):
     def _tag(self, what: str, stream: int) -> str:
         return f"{what}/{self.seed}/{self.epoch}/{self.rank}/{stream}"
 
-    def _shard_urls(self, rng: random.Random) -> Iterator[dict]:
-        while True:
-            source = rng.choices(self.sources, weights=self.weights)[0]
-            yield {"url": rng.choice(source.urls)}
-
     def __iter__(self) -> Iterator[tuple[Any, dict]]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
@@ -157,14 +202,15 @@ class ShardStream(IterableDataset):
         if quota:
             yield from self._stream(stream, quota)
 
-    def _stream(self, stream: int, quota: int) -> Iterator[tuple[Any, dict]]:
-        state = {"consumed": 0, "bad": 0, "shard_bad": 0, "last_error": ""}
-        state.update(self.streams.get(stream, {}))
-        skip = state["consumed"]
-        seen = [0]  # raw samples read in this pass, skipped ones included
+    def _reader(self, stream: int, state: dict, sources: list[Source], weights: Optional[list[float]],
+                tag: str, skip: int) -> Iterator[tuple[int, dict, random.Random]]:
+        """Raw samples of a stream: shards of `sources` resampled by `weights` -> tar samples ->
+        shuffle buffer, RNGs tagged by `tag`. Skips the first `skip` (consumed before a resume);
+        yields (position, raw sample, the RNG of its composition)."""
+        seen = 0  # raw samples read, skipped ones included
 
         def on_shard_error(err: Exception) -> bool:
-            if seen[0] >= skip:  # errors in the replayed prefix were counted the first time
+            if seen >= skip:  # errors in the replayed prefix were counted the first time
                 url = next((a for a in err.args if isinstance(a, str) and a in self._dir_of), "?")
                 state["bad"] += self._samples_of.get(url, 1)
                 state["shard_bad"] += self._samples_of.get(url, 1)
@@ -172,32 +218,59 @@ class ShardStream(IterableDataset):
                 self._check_bad(stream, state, force=False)
             return True
 
-        raw_samples = wds.tarfile_samples(self._shard_urls(random.Random(self._tag("shards", stream))),
+        def shard_urls(rng: random.Random) -> Iterator[dict]:
+            while True:
+                source = rng.choices(sources, weights=weights)[0]
+                yield {"url": rng.choice(source.urls)}
+
+        raw_samples = wds.tarfile_samples(shard_urls(random.Random(self._tag("shards", stream) + tag)),
                                           handler=on_shard_error)
-        items = []
-        for raw in shuffled(raw_samples, self.shuffle_buffer, random.Random(self._tag("shuffle", stream))):
-            seen[0] += 1
-            if seen[0] <= skip:
-                continue
-            state["consumed"] = seen[0]
-            rng = random.Random(self._tag("item", stream) + f"/{seen[0]}")
-            try:
-                items.append(self.composer.item(raw, rng, self._dir_of.get(raw.get("__url__")),
-                                                with_partner=len(items) < self.composer.num_partners))
-            except BadSample as err:
-                state["bad"] += 1
-                state["last_error"] = str(err)
-                self._check_bad(stream, state, force=False)
-                continue
-            if len(items) == self.composer.batch_size:
-                batch = self.composer.collate(items)
-                items = []
-                quota -= 1
-                if quota == 0:
-                    self._check_bad(stream, state, force=True)
-                yield batch, {"stream": stream, **state}
-                if quota == 0:
-                    return
+        for raw in shuffled(raw_samples, self.shuffle_buffer, random.Random(self._tag("shuffle", stream) + tag)):
+            seen += 1
+            if seen > skip:
+                yield seen, raw, random.Random(self._tag("item", stream) + f"{tag}/{seen}")
+
+    def _stream(self, stream: int, quota: int) -> Iterator[tuple[Any, dict]]:
+        state = {"consumed": 0, "bad": 0, "shard_bad": 0, "last_error": ""}
+        state.update(self.streams.get(stream, {}))
+        mixed = self.source_batch is not None
+        if mixed:  # a reader per source, each skipping its own share on resume
+            consumed = list(state.get("consumed_by_source") or [0] * len(self.sources))
+            readers = [self._reader(stream, state, [src], None, f"/src{i}", consumed[i])
+                       for i, src in enumerate(self.sources)]
+            takes = list(zip(range(len(readers)), self.source_batch, self.bears_partner))
+            takes.sort(key=lambda take: not take[2])  # partner-bearing sources fill the front of the batch
+        else:  # one reader over all sources, each shard's source drawn by weight
+            consumed = [state["consumed"]]
+            readers = [self._reader(stream, state, self.sources, self.weights, "", consumed[0])]
+            takes = [(0, self.composer.batch_size, True)]
+        while True:
+            items = []
+            for k, count, partners in takes:  # (reader, items it gives each batch, with partners)
+                want = len(items) + count
+                for seen, raw, rng in readers[k]:
+                    consumed[k] = seen
+                    state["consumed"] = sum(consumed)
+                    if mixed:
+                        state["consumed_by_source"] = list(consumed)
+                    with_partner = partners and len(items) < self.composer.num_partners
+                    try:
+                        items.append(self.composer.item(raw, rng, self._dir_of.get(raw.get("__url__")),
+                                                        with_partner))
+                    except BadSample as err:
+                        state["bad"] += 1
+                        state["last_error"] = str(err)
+                        self._check_bad(stream, state, force=False)
+                        continue
+                    if len(items) == want:
+                        break
+            batch = self.composer.collate(items)
+            quota -= 1
+            if quota == 0:
+                self._check_bad(stream, state, force=True)
+            yield batch, {"stream": stream, **state}
+            if quota == 0:
+                return
 
     def _check_bad(self, stream: int, state: dict, force: bool) -> None:
         seen = state["consumed"] + state["shard_bad"]  # consumed counts bad samples too

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -38,6 +38,7 @@ class ModelConfig(_Section):
 class DataConfig(_Section):
     train_shards: list[str]  # brace patterns or paths; each entry is one source
     source_weights: Optional[list[float]] = None
+    source_batch: Optional[list[Annotated[int, Field(ge=1)]]] = None  # exact anchors per batch per source
     samples_per_epoch: int = Field(gt=0)
     batch_size: int = Field(gt=0)  # positives per process per step
     partner: Literal["none", "neighbour", "generated", "mirrored"] = "none"
@@ -50,6 +51,14 @@ class DataConfig(_Section):
     def _weights_match_sources(self) -> "DataConfig":
         if self.source_weights is not None and len(self.source_weights) != len(self.train_shards):
             raise ValueError("source_weights needs one weight per train_shards entry")
+        if self.source_batch is not None:
+            if self.source_weights is not None:
+                raise ValueError("source_batch and source_weights exclude each other; set source_weights to null")
+            if len(self.source_batch) != len(self.train_shards):
+                raise ValueError("source_batch needs one anchor count per train_shards entry")
+            if sum(self.source_batch) != self.batch_size:
+                raise ValueError(f"source_batch sums to {sum(self.source_batch)}, "
+                                 f"batch_size is {self.batch_size}; they must be equal")
         return self
 
 

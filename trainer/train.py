@@ -132,9 +132,11 @@ class Trainer:
                             tuple(recipe.negatives.subkinds) if recipe.negatives.subkinds else None)
         self.stream = ShardStream(sources, d.source_weights, composer, recipe.seed, self.acc.process_index,
                                   world, self.steps_per_epoch * self.accum, d.workers, d.shuffle_buffer,
-                                  d.max_bad_fraction)
+                                  d.max_bad_fraction, d.source_batch)
         self.state = checkpointing.TrainState()
         self.data_layout = {"world_size": world, "workers": d.workers}
+        if d.source_batch:  # positions are then counted per source
+            self.data_layout["source_batch"] = d.source_batch
         self.acc.register_for_checkpointing(self.scheduler, self.state)
         self.local_streams: dict = {}
         self.monitor = Monitor(self.run_dir, self.acc.is_main_process, recipe.logging.tensorboard,
@@ -309,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         recipe = load_recipe(args.recipe, args.overrides)
         sources = resolve_sources(recipe.data.train_shards)
-        check_features(sources, recipe.data.partner, recipe.negatives.per_image)
+        check_features(sources, recipe.data.partner, recipe.negatives.per_image,
+                       mixed=recipe.data.source_batch is not None)
         evaluation.check_available(recipe.eval)
     except (RecipeError, DataError, ImportError, FileNotFoundError) as err:
         print(f"error: {one_line(err)}", file=sys.stderr)
