@@ -16,7 +16,9 @@ shared machine, and the goal (>= 1,000 captions/s per core) is judged on it. Eac
 - `end_to_end:<kind>` / `end_to_end:all`: parse + view + that kind's rules, one process,
   `RuleNegativeGenerator.generate` (the numbers the goal is about);
 - `generate_workers_<n>`: the CLI path (CSV in, shards out) with n worker processes, wall time.
-Writes bench/results/negatives.json.
+Also `coverage` (first repetition of `end_to_end:all`): the share of the corpus captions with at
+least one negative per kind:subkind, per kind (any of its sub-kinds) and of any kind, as in the
+generator's `negatives_stats.json`. Writes bench/results/negatives.json.
 """
 from __future__ import annotations
 
@@ -40,7 +42,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.common import log, summarize, timed, write_result  # noqa: E402
 from datagen.audit import sugarcrepe_captions  # noqa: E402
-from datagen.negatives.rules import RuleNegativeGenerator, load_nlp  # noqa: E402
+from datagen.negatives.base import Coverage  # noqa: E402
+from datagen.negatives.rules import RuleNegativeGenerator, load_nlp, select_kinds  # noqa: E402
 from datagen.negatives.text import view  # noqa: E402
 from datagen.negatives.vocab import Vocabulary  # noqa: E402
 
@@ -89,7 +92,7 @@ def main() -> None:
     def record(name: str, count: int, wall: float, cpu: float, **extra) -> None:
         runs.setdefault(name, []).append({"n": count, "wall_s": wall, "cpu_s": cpu, **extra})
 
-    vocab = None
+    vocab, coverage = None, None
     tmp = tempfile.TemporaryDirectory(prefix="bench_negatives_")
     src = Path(tmp.name) / "caps.csv"
     if args.workers:
@@ -119,6 +122,8 @@ def main() -> None:
             record(f"rules:{label}", n, wall, cpu, negatives=sum(map(len, out)))
             out, wall, cpu = timed(lambda: g.generate(captions, seed=0))
             record(f"end_to_end:{label}", n, wall, cpu, negatives=sum(map(len, out)))
+            if kinds is None and coverage is None:
+                coverage = {"captions": n, **Coverage(select_kinds(None)).update(out).report()}
         log(f"negatives rep {rep + 1}/{args.reps}: end_to_end:all "
             f"{n / runs['end_to_end:all'][-1]['cpu_s']:.0f} captions per CPU s")
         if args.workers:
@@ -142,7 +147,7 @@ def main() -> None:
              for label in KINDS + ["all"]}
     result = {"corpus": f"SugarCrepe positive captions x{args.repeat}" + (f", first {n}" if args.limit else ""),
               "captions": n, "reps": args.reps, "threads": os.environ.get("OMP_NUM_THREADS"),
-              "stages": stages, "time_share_of_end_to_end_cpu": share,
+              "stages": stages, "time_share_of_end_to_end_cpu": share, "coverage": coverage,
               "goal": f">= {GOAL:.0f} captions per CPU second (per core), end to end", "goals": goals,
               "reference": "NegCLIP's swap script: ~98 captions/s per core on this machine kind"}
     write_result("negatives", result, args.out)

@@ -79,6 +79,19 @@ def ours_on_captions(captions: Sequence[str], seed: int = 0, kinds=None) -> dict
     return dict(groups)
 
 
+def coverage(groups: dict[str, Pairs], n_captions: int) -> tuple[dict[str, float], dict[str, float]]:
+    """(per kind:subkind, per kind) share of `n_captions` distinct captions that have at least
+    one pair in `groups` (`ours_on_captions`' output); a caption counts for a kind if it has a
+    negative of any of that kind's sub-kinds."""
+    per_kind: dict[str, set[str]] = defaultdict(set)
+    per_sub = {}
+    for name, pairs in groups.items():
+        positives = {p for p, _ in pairs}
+        per_sub[name] = len(positives) / n_captions
+        per_kind[name.split(":")[0]] |= positives
+    return per_sub, {k: len(v) / n_captions for k, v in sorted(per_kind.items())}
+
+
 def pairs_from_shards(directory: str | Path) -> dict[str, Pairs]:
     from datagen.schema import ShardSample
     from datagen.shards import iter_raw_samples, shard_urls
@@ -148,7 +161,10 @@ def _pct(x: Optional[float]) -> str:
 
 
 def markdown_table(ours: dict[str, dict], reference: dict[str, dict],
-                   coverage: Optional[dict[str, float]] = None) -> str:
+                   coverage: Optional[dict[str, float]] = None,
+                   coverage_kind: Optional[dict[str, float]] = None) -> str:
+    """The audit table; `coverage` fills its per-sub-kind column, `coverage_kind` adds a line
+    with the per-kind coverage (a caption with a negative of any of the kind's sub-kinds)."""
     rows = ["| kind:subkind | ours pairs | ours reorder % | ours blind acc % | coverage % "
             "| SugarCrepe pairs | SC reorder % | SC blind acc % |",
             "|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -158,4 +174,7 @@ def markdown_table(ours: dict[str, dict], reference: dict[str, dict],
         rows.append(f"| {name} | {o.get('pairs', 0)} | {_pct(o.get('reorder'))} | "
                     f"{_pct(o.get('blind_acc'))} | {_pct(cov)} | {r.get('pairs', 0)} | "
                     f"{_pct(r.get('reorder'))} | {_pct(r.get('blind_acc'))} |")
+    if coverage_kind:
+        rows += ["", "Coverage per kind (a negative of any of its sub-kinds): " + ", ".join(
+            f"{k} {_pct(v)} %" for k, v in sorted(coverage_kind.items()))]
     return "\n".join(rows) + "\n"

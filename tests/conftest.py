@@ -1,4 +1,5 @@
-"""Shared test set-up: offline hub, project-local caches, paths to ../shared fixtures."""
+"""Shared test set-up: offline hub, project-local caches, paths to ../shared fixtures, a small
+synthetic-world benchmark folder."""
 import os
 from pathlib import Path
 
@@ -33,3 +34,14 @@ def micro_model():
     from models import load_model
     torch.manual_seed(0)
     return load_model("micro-vit-32")
+
+
+@pytest.fixture(scope="session")
+def world_benchmark_root(tmp_path_factory) -> Path:
+    """Every benchmark in its real on-disk format, written by the synthetic world (datagen/world):
+    a few items per file (ARO attribution keeps one whole group of 25), 32 px images."""
+    from datagen.world.benchmarks import BenchSizes, write_benchmarks
+    from datagen.world.splits import Split
+    root = tmp_path_factory.mktemp("world_bench") / "benchmarks"
+    write_benchmarks(root, Split.make(5), seed=5, size=32, sizes=BenchSizes().scaled(0.02), progress=False)
+    return root

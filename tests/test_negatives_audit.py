@@ -43,15 +43,32 @@ def test_blind_probe_finds_a_telltale_word_and_not_a_reordering():
     assert "| reorder | 150 | 100.0 |" in table
 
 
+def test_coverage_per_kind_from_pairs():
+    """Hand-made groups over 5 captions: swap covers a, b, c (3/5: its sub-kinds add up to 4/5 and
+    the best is 2/5); replace covers a, d; add covers nothing, so it is not listed."""
+    groups = {"swap:obj": [("a", "x"), ("b", "x")], "swap:att": [("a", "y")], "swap:noun": [("c", "z"), ("c", "w")],
+              "replace:obj": [("a", "v")], "replace:rel": [("d", "u"), ("a", "t")]}
+    per_sub, per_kind = audit.coverage(groups, 5)
+    assert per_kind == pytest.approx({"swap": 3 / 5, "replace": 2 / 5})
+    assert per_sub == pytest.approx({"swap:obj": 2 / 5, "swap:att": 1 / 5, "swap:noun": 1 / 5,
+                                     "replace:obj": 1 / 5, "replace:rel": 2 / 5})
+    ours = {k: {"pairs": len(v)} for k, v in groups.items()}
+    table = audit.markdown_table(ours, {}, per_sub, per_kind)
+    assert table.endswith("Coverage per kind (a negative of any of its sub-kinds): replace 40.0 %, swap 60.0 %\n")
+    assert "| swap:noun | 2 | – | – | 20.0 |" in table
+    assert "Coverage per kind" not in audit.markdown_table(ours, {}, per_sub)
+
+
 def test_sugarcrepe_captions_as_corpus_smoke(shared_benchmarks):
     captions = audit.sugarcrepe_captions(shared_benchmarks / "sugarcrepe")
     assert len(captions) == 4345
     corpus = captions[:1500]
     groups = audit.ours_on_captions(corpus, seed=0)
-    coverage = {k: len({p for p, _ in v}) / len(corpus) for k, v in groups.items()}
+    coverage, coverage_kind = audit.coverage(groups, len(corpus))
     counts = {k: len(v) for k, v in groups.items()}
-    print("negatives per kind:", counts)
-    print("coverage per kind:", {k: round(v, 3) for k, v in coverage.items()})
+    print("negatives per kind:sub-kind:", counts)
+    print("coverage per kind:sub-kind:", {k: round(v, 3) for k, v in coverage.items()})
+    print("coverage per kind:", {k: round(v, 3) for k, v in coverage_kind.items()})
     # every rule fires on real captions; the common ones on most of them
     assert set(groups) == {f"swap:{s}" for s in ("noun_chunk", "verb_phrase", "noun", "noun_plural",
                                                   "adverb", "adjective", "obj", "att")} | {
@@ -59,6 +76,10 @@ def test_sugarcrepe_captions_as_corpus_smoke(shared_benchmarks):
     for kind, floor in {"replace:obj": 0.9, "replace:rel": 0.9, "add:obj": 0.95, "add:att": 0.95,
                         "swap:obj": 0.75, "swap:noun": 0.8, "replace:att": 0.4}.items():
         assert coverage[kind] >= floor, (kind, coverage[kind])
+    for kind, floor in {"swap": 0.9, "replace": 0.95, "add": 0.99}.items():
+        assert coverage_kind[kind] >= floor, (kind, coverage_kind[kind])
+        subs = [v for k, v in coverage.items() if k.startswith(kind + ":")]
+        assert max(subs) <= coverage_kind[kind] <= min(1.0, sum(subs)) + 1e-9
     for pairs in groups.values():
         assert all(normalise(p) != normalise(n) for p, n in pairs)
     # swaps reorder the caption's words; replace and add never do

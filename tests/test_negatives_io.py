@@ -1,6 +1,7 @@
 """Caption inputs, shard output, resume after a kill, parallel workers, the CLI."""
 import csv
 import json
+from collections import Counter
 from itertools import product
 
 import pytest
@@ -94,8 +95,60 @@ def test_generate_text_only_shards_and_skip_counts(tmp_path):
     sample = ShardSample.from_wds(next(iter_raw_samples(shard_urls(out)[0])), require_image=False)
     assert sample.image is None and sample.meta["image_path"].startswith("images/")
     assert {n.kind for n in sample.negatives} == {"swap", "replace", "add"}
-    assert result["stats"]["coverage"]["replace"] == pytest.approx(77 / 80, abs=1e-3)
+    # coverage, recomputed from the shards: share of the 80 input captions (3 skipped) with at
+    # least one negative of a kind / of a kind:subkind
+    stats = result["stats"]
+    per_sample = [ShardSample.from_wds(raw, require_image=False).negatives
+                  for url in shard_urls(out) for raw in iter_raw_samples(url)]
+    for kind in ("swap", "replace", "add"):
+        want = sum(any(n.kind == kind for n in negs) for negs in per_sample) / 80
+        assert stats["coverage_kind"][kind] == pytest.approx(want, abs=1e-4), kind
+    subkinds = {f"{n.kind}:{n.subkind}" for negs in per_sample for n in negs}
+    for label in subkinds:
+        want = sum(any(f"{n.kind}:{n.subkind}" == label for n in negs) for negs in per_sample) / 80
+        assert stats["coverage"][label] == pytest.approx(want, abs=1e-4), label
+    assert set(stats["coverage"]) >= subkinds and all(":" in k for k in stats["coverage"])
+    assert all(v == 0.0 for k, v in stats["coverage"].items() if k not in subkinds)  # never fired: listed at 0
+    assert stats["coverage_kind"]["replace"] == pytest.approx(77 / 80, abs=1e-3)
+    assert stats["coverage_any"] == pytest.approx(sum(bool(negs) for negs in per_sample) / 80, abs=1e-4)
+    assert json.loads((out / "negatives_stats.json").read_text())["coverage_kind"] == stats["coverage_kind"]
     assert (out / "vocab.json").is_file()
+
+
+def hand_negatives():
+    """Six captions' negatives with a known coverage (see `test_coverage_per_kind_on_hand_lists`)."""
+    from datagen.schema import Negative
+    neg = lambda label: Negative("x", *label.split(":"))  # noqa: E731
+    return [[neg("swap:obj"), neg("swap:att"), neg("replace:obj")], [neg("swap:noun")], [],
+            [neg("add:obj"), neg("add:obj")], [neg("replace:rel"), neg("add:att")], [neg("swap:obj")]]
+
+
+def test_coverage_per_kind_on_hand_lists():
+    """By hand: swap is covered by captions 1, 2, 6 (3/6, though its sub-kinds add up to 4/6 and
+    the best one is 2/6); replace by 1, 5; add by 4, 5 (caption 4's two add:obj count once)."""
+    from datagen.negatives.base import Coverage
+    from datagen.negatives.pipeline import _count, _finish_stats
+    want_kind = {"add": 2 / 6, "replace": 2 / 6, "swap": 3 / 6}
+    want_sub = {"add:att": 1 / 6, "add:obj": 1 / 6, "replace:obj": 1 / 6, "replace:rel": 1 / 6,
+                "swap:att": 1 / 6, "swap:noun": 1 / 6, "swap:obj": 2 / 6}
+    report = Coverage().update(hand_negatives()).report()
+    assert report["coverage_kind"] == pytest.approx(want_kind, abs=1e-4)
+    assert report["coverage"] == pytest.approx(want_sub, abs=1e-4)
+    assert report["coverage_any"] == pytest.approx(5 / 6, abs=1e-4)
+    # selected kinds that never fire are listed at 0.0
+    zero = Coverage([("swap", "adverb"), ("replace", "att"), ("swap", "obj")]).update(hand_negatives()).report()
+    assert zero["coverage"]["swap:adverb"] == 0.0 and zero["coverage"]["replace:att"] == 0.0
+    assert zero["coverage"]["swap:obj"] == pytest.approx(2 / 6, abs=1e-4)
+    assert zero["coverage_kind"] == pytest.approx(want_kind, abs=1e-4)
+    # the generator's closing report counts the same way
+    stats = {"captions": 0, "skipped": Counter(), "negatives": Counter(), "coverage": Coverage()}
+    for negs in hand_negatives():
+        stats["captions"] += 1
+        _count(stats, negs)
+    final = _finish_stats(stats, 1.0)
+    assert final["coverage_kind"] == pytest.approx(want_kind, abs=1e-4)
+    assert final["coverage"] == pytest.approx(want_sub, abs=1e-4)
+    assert final["negatives"]["add:obj"] == 2 and final["coverage_any"] == pytest.approx(5 / 6, abs=1e-4)
 
 
 def test_resume_after_kill_is_byte_identical(tmp_path):

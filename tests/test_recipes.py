@@ -22,7 +22,7 @@ import pytest
 from datagen.schema import SUBKINDS, Negative, Neighbour, Partner, ShardSample
 from datagen.shards import KeyIndex, ShardSetWriter
 from trainer import train
-from trainer.fixtures import COLOURS, scene_jpeg
+from trainer.fixtures import COLOURS, scene_jpeg, train_in_process
 from trainer.recipe import Recipe, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,15 +192,6 @@ def test_paper_recipe_layout_and_shard_sets_match_the_docs(path):
     assert {"visla", "aro", "bivlc", "sugarcrepe"} <= set(recipe.eval.benchmarks)
 
 
-def _run(argv) -> int:
-    from accelerate.state import AcceleratorState, GradientState
-    try:
-        return train.main([str(a) for a in argv])
-    finally:
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
-
-
 @pytest.fixture
 def one_thread():
     """One torch thread: the tiny model gains nothing from more, and the test stays fast on a busy machine."""
@@ -243,7 +234,7 @@ def test_recipe_trains_two_steps_with_its_layout(path, tmp_path, monkeypatch, on
         return original(self, batches)
 
     monkeypatch.setattr(train.Trainer, "step", observe)
-    assert _run([path, *overrides]) == 0
+    assert train_in_process([path, *overrides]) == 0
 
     assert len(seen) == SMOKE_STEPS * accum
     for batch in seen:

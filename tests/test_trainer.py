@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from trainer import train
-from trainer.fixtures import write_fixture_shards
+from trainer.fixtures import train_in_process as run, write_fixture_shards
 
 RECIPE = """
 name: tiny
@@ -35,16 +35,6 @@ def recipe(tmp_path, shards):
     path = tmp_path / "tiny.yaml"
     path.write_text(RECIPE.format(shards=shards, out=tmp_path / "runs"))
     return path
-
-
-def run(argv):
-    """train.main in this process; accelerate's singletons are reset afterwards."""
-    from accelerate.state import AcceleratorState, GradientState
-    try:
-        return train.main([str(a) for a in argv])
-    finally:
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
 """train.py as users run it, in subprocesses: 2-process DDP and DeepSpeed ZeRO-2 on CPU through
-`accelerate launch` (flags from ../shared/ENVIRONMENT.md), and resume after SIGKILL giving the
-same final weights as an uninterrupted run (bit-identical on CPU)."""
+`accelerate launch` (flags from ../shared/ENVIRONMENT.md), evaluating synthetic-world compositional
+benchmarks every epoch on rank 0, and resume after SIGKILL giving the same final weights as an
+uninterrupted run (bit-identical on CPU)."""
+import json
 import os
 import signal
 import subprocess
@@ -9,6 +11,7 @@ import time
 from pathlib import Path
 
 import open_clip
+import psutil
 import pytest
 import torch
 
@@ -29,6 +32,8 @@ schedule: {{epochs: 2, warmup_steps: 1}}
 logging: {{output_dir: "{out}", progress: false}}
 checkpoint: {{every_n_steps: 5, keep_last: 2, resume: auto}}
 """
+
+EVAL_METRICS = {"sugarcrepe": "macro", "bivlc": "group"}  # benchmark -> a headline metric it must log
 
 pytestmark = pytest.mark.slow
 
@@ -60,18 +65,51 @@ def final_weights(run_root):
 
 
 @pytest.mark.parametrize("mode", ["ddp", "zero2"])
-def test_two_processes_through_accelerate_launch(tmp_path, shards, mode):
+def test_two_processes_through_accelerate_launch(tmp_path, shards, world_benchmark_root, mode):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     flags = ["--multi_gpu"] if mode == "ddp" else ["--use_deepspeed", "--zero_stage", "2"]
     out = subprocess.run([ACCELERATE, "launch", *flags, *CPU2, "trainer/train.py",
-                          recipe(tmp_path, shards, mode, spe=32)], cwd=ROOT, env=env(),
+                          recipe(tmp_path, shards, mode, spe=32), f"eval.benchmarks=[{', '.join(EVAL_METRICS)}]",
+                          f"eval.data_root={world_benchmark_root}"], cwd=ROOT, env=env(),
                          capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "parameters identical across 2 rank(s)" in out.stdout
-    ckpts = tmp_path / mode / "mp" / "checkpoints"
+    run_dir = tmp_path / mode / "mp"
+    ckpts = run_dir / "checkpoints"
     assert (ckpts / "latest").read_text().strip() == "step-0000008.pt"  # 32 / (4 x 2 ranks) x 2 epochs
     ckpt = ckpts / "step-0000008.pt"
     model, _, _ = open_clip.create_model_and_transforms("micro-vit-32", pretrained=str(ckpt))
     assert model.logit_scale.dim() == 0
+    # each epoch end (steps 4 and 8) rank 0 alone scored the benchmarks and logged them: one event
+    # file and one eval.jsonl line per evaluation (a second writer would double them)
+    assert len(list((run_dir / "tensorboard").glob("events.out.tfevents.*"))) == 1
+    assert list((tmp_path / mode).rglob("eval.jsonl")) == [run_dir / "eval.jsonl"]
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    evals = {t for t in events.Tags()["scalars"] if t.startswith("eval/")}
+    assert {f"eval/{b}/{m}" for b, m in EVAL_METRICS.items()} <= evals, evals
+    for tag in evals:
+        scalars = events.Scalars(tag)
+        assert [e.step for e in scalars] == [4, 8], tag
+        assert all(0.0 <= e.value <= 1.0 for e in scalars), (tag, scalars)
+    lines = [json.loads(l) for l in (run_dir / "eval.jsonl").read_text().splitlines()]
+    assert [(l["epoch"], l["step"]) for l in lines] == [(1, 4), (2, 8)]
+    for line in lines:
+        assert {f"eval/{k}" for k in line["metrics"]} == evals
+    assert json.loads((ckpts / "step-0000008.json").read_text())["metrics"] == lines[-1]["metrics"]
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL the launcher and every process under it: torch's elastic agent starts the ranks
+    (and they their loader workers) outside the launcher's process group, so killpg alone left
+    paused ranks sleeping after the test."""
+    family = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+    for pid in family:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
 
 
 @pytest.mark.parametrize("mode", ["single", "ddp", "zero2"])
@@ -95,7 +133,7 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path, shards, mode):
     while "paused at step 7" not in (tmp_path / "killed.log").read_text():
         assert proc.poll() is None and time.time() < deadline, (tmp_path / "killed.log").read_text()[-3000:]
         time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)
+    kill_tree(proc)
     proc.wait()
     ckpts = tmp_path / "killed" / "mp" / "checkpoints"
     assert (ckpts / "latest").read_text().strip() == "step-0000005.pt"

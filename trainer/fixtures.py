@@ -4,7 +4,8 @@
 optionally hard negatives (swap / replace / add), a partner per sample (`generated` or
 `mirrored`) and K neighbours with a `keys.tsv` index, through `datagen.shards.ShardSetWriter`,
 so the manifest's `features` say what the set carries. `corrupt` samples get undecodable image
-bytes (the trainer must skip and count them).
+bytes (the trainer must skip and count them). `train_in_process(argv)` runs `trainer/train.py`'s
+`main` in this process and resets accelerate's singletons afterwards, so tests can run it again.
 """
 from __future__ import annotations
 
@@ -63,3 +64,15 @@ def write_fixture_shards(directory: str | Path, n: int = 64, per_shard: int = 16
     if neighbours:
         KeyIndex.build(directory)
     return directory
+
+
+def train_in_process(argv: list) -> int:
+    """`trainer.train.main(argv)` in this process; accelerate's process-wide state is reset after."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    from trainer import train
+    try:
+        return train.main([str(a) for a in argv])
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()

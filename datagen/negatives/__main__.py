@@ -41,19 +41,20 @@ def _audit(args: argparse.Namespace) -> int:
     from datagen import audit
     encoder = audit.minilm_encoder()
     reference = audit.audit(audit.load_sugarcrepe(args.sugarcrepe), encoder, args.max_pairs, args.seed)
-    coverage = None
+    coverage = coverage_kind = None
     if args.ours:
         ours_pairs = audit.pairs_from_shards(args.ours)
         corpus = f"shard set {args.ours}"
     else:
         captions = audit.sugarcrepe_captions(args.sugarcrepe)
         ours_pairs = audit.ours_on_captions(captions, seed=args.seed)
-        coverage = {k: len({p for p, _ in v}) / len(captions) for k, v in ours_pairs.items()}
+        coverage, coverage_kind = audit.coverage(ours_pairs, len(captions))
         corpus = f"SugarCrepe positive captions ({len(captions)} distinct)"
     ours = audit.audit(ours_pairs, encoder, args.max_pairs, args.seed)
     report = {"corpus": corpus, "encoder": "all-MiniLM-L6-v2", "max_pairs": args.max_pairs,
-              "seed": args.seed, "ours": ours, "sugarcrepe": reference, "coverage": coverage}
-    table = audit.markdown_table(ours, reference, coverage)
+              "seed": args.seed, "ours": ours, "sugarcrepe": reference, "coverage": coverage,
+              "coverage_kind": coverage_kind}
+    table = audit.markdown_table(ours, reference, coverage, coverage_kind)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, sort_keys=True))
     if args.markdown:

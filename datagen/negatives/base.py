@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from collections import Counter
+from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 from datagen.schema import SUBKINDS, Negative
 
@@ -48,3 +49,42 @@ def is_new_negative(caption: str, negative: str) -> bool:
 class NegativeGenerator(Protocol):
     def generate(self, captions: Sequence[str], seed: int = 0) -> list[list[Negative]]:
         ...
+
+
+class Coverage:
+    """Share of captions with at least one negative, per kind:subkind and per kind, counted as
+    captions go by (`add` one caption's negatives at a time; skipped captions add an empty list,
+    so they count in the denominator).
+
+    A caption counts for a kind (swap / replace / add) if it has a negative of any of that kind's
+    sub-kinds, so a kind's coverage is at least its best sub-kind's and at most the sum of its
+    sub-kinds'. `kinds` ((kind, subkind) pairs, e.g. the generator's selection) are reported even
+    when no caption gets one of them (0.0), so a rule that never fires shows.
+    """
+
+    def __init__(self, kinds: Iterable[tuple[str, str]] = ()):
+        self.captions = 0
+        self.any = 0
+        self.subkind: Counter[str] = Counter()
+        self.kind: Counter[str] = Counter()
+        for kind, subkind in kinds:
+            self.subkind[f"{kind}:{subkind}"] += 0
+            self.kind[kind] += 0
+
+    def add(self, negatives: Sequence[Any]) -> None:
+        self.captions += 1
+        self.any += bool(negatives)
+        self.subkind.update({f"{n.kind}:{n.subkind}" for n in negatives})
+        self.kind.update({n.kind for n in negatives})
+
+    def update(self, per_caption: Iterable[Sequence[Any]]) -> "Coverage":
+        for negs in per_caption:
+            self.add(negs)
+        return self
+
+    def report(self, digits: int = 4) -> dict[str, Any]:
+        """`{"coverage": {kind:subkind: share}, "coverage_kind": {kind: share}, "coverage_any"}`."""
+        n = max(self.captions, 1)
+        return {"coverage": {k: round(v / n, digits) for k, v in sorted(self.subkind.items())},
+                "coverage_kind": {k: round(v / n, digits) for k, v in sorted(self.kind.items())},
+                "coverage_any": round(self.any / n, digits)}

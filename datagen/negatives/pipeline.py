@@ -35,7 +35,8 @@ from typing import Any, Iterator, Optional
 
 from datagen.captions_io import CaptionItem, read_items
 from datagen.imageio import BadImage
-from datagen.negatives.rules import RuleNegativeGenerator
+from datagen.negatives.base import Coverage
+from datagen.negatives.rules import RuleNegativeGenerator, select_kinds
 from datagen.negatives.text import view
 from datagen.negatives.vocab import Vocabulary
 from datagen.prepare.imagefiles import SKIP_CORRUPT, SKIP_MISSING, MissingImage
@@ -134,7 +135,7 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
     done = writer.inputs_done
     todo = islice(items(), done, None)
     stats: dict[str, Any] = {"captions": 0, "skipped": Counter(), "negatives": Counter(),
-                             "covered": Counter(), "covered_any": 0}
+                             "coverage": Coverage(select_kinds(kinds))}
     bar = _progress(progress, done, limit)
     t0 = time.perf_counter()
 
@@ -262,23 +263,20 @@ def _take_items(chunks, n: int):
 
 
 def _count(stats: dict[str, Any], negs: list[Negative]) -> None:
-    kinds = set()
     for n in negs:
         stats["negatives"][f"{n.kind}:{n.subkind}"] += 1
-        kinds.add(f"{n.kind}:{n.subkind}")
-        kinds.add(n.kind)
-    for k in kinds:
-        stats["covered"][k] += 1
-    stats["covered_any"] += bool(negs)
+    stats["coverage"].add(negs)
 
 
 def _finish_stats(stats: dict[str, Any], elapsed: float) -> dict[str, Any]:
-    n = max(stats["captions"], 1)
+    """The closing report (`negatives_stats.json`, printed by `generate`): counts per
+    kind:subkind, and coverage = share of this run's captions (skipped ones included) with at
+    least one negative per kind:subkind (`coverage`), per kind, i.e. of any of its sub-kinds
+    (`coverage_kind`), and of any kind (`coverage_any`); see `datagen.negatives.base.Coverage`."""
     return {"captions": stats["captions"], "seconds": round(elapsed, 3),
             "captions_per_s": round(stats["captions"] / elapsed, 1) if elapsed > 0 else None,
             "skipped": dict(stats["skipped"]), "negatives": dict(sorted(stats["negatives"].items())),
-            "coverage": {k: round(v / n, 4) for k, v in sorted(stats["covered"].items())},
-            "coverage_any": round(stats["covered_any"] / n, 4)}
+            **stats["coverage"].report()}
 
 
 def _read_stats(out_dir: Path) -> dict[str, Any]:

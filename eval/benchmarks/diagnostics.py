@@ -5,14 +5,20 @@ P1 is the positive closer to N by word edit distance (Levenshtein over lower-cas
 on a tie the stored order is kept). Reported per subset: `close_n` / `far_n` = P1-N / P2-N after
 the reordering (with images), `close_t2t` = s(P1,P2) > s(P1,N) and `far_t2t` = s(P1,P2) >
 s(P2,N) (text only), and `close_is_p1` = share of triplets where the stored P1 already was the
-closer one. Strict comparisons throughout. Reads the VISLA files (see `visla`).
+closer one (or tied); the categories add `n`, `mean_dist_close` and `mean_dist_far`. Strict
+comparisons throughout. Reads the VISLA files (see `visla`).
 
 `left_right` ("What's left can't be right"): accuracy on the VG-Relation items whose relation is
 "to the left of" / "to the right of" (ARO's argmax rule: a tie picks the false caption), and the
 mean cosine similarity of "the X to the left of the Y" vs "the X to the right of the Y" next to
-that of the two nouns X, Y alone, over `n_pairs` random pairs of distinct nouns drawn (seed
-`seed`) from the `n_nouns` most frequent nouns (spaCy NN/NNS tags) of the benchmark text:
-VG-Relation captions when present, else VISLA / SugarCrepe++ / SugarCrepe captions.
+that of the two nouns X, Y alone, over `n_pairs` random pairs of distinct nouns (pair k = the
+k-th `numpy.random.default_rng(seed).choice(n, 2, replace=False)`) from the `n_nouns` most
+frequent nouns of the benchmark text: VG-Relation captions when present, else VISLA /
+SugarCrepe++ / SugarCrepe captions. Nouns: spaCy NN/NNS tags, alphabetic, 3+ letters,
+lower-cased, counted over the distinct captions, equal counts in alphabetical order. Words that
+name a position rather than a thing (`POSITION_NOUNS`: "left", "right", "top", "front", ...,
+which the tagger reads as nouns in "to the left of", "on top of", "in front of") are not mined:
+they would give "the left to the left of the top".
 """
 from __future__ import annotations
 
@@ -32,6 +38,8 @@ from eval.metrics import accuracy, argmax_correct, option_scores, rowwise_sim
 from eval.registry import register_benchmark
 
 LEFT, RIGHT = "to the left of", "to the right of"
+POSITION_NOUNS = frozenset({"left", "right", "top", "bottom", "front", "back", "side", "middle",
+                            "center", "centre", "edge"})
 
 
 def words(text: str) -> list[str]:
@@ -137,7 +145,8 @@ class LeftRight(Benchmark):
     def _mine_nouns(texts: list[str], n: int) -> list[str]:
         from eval.text_perturb import tag
         counts = Counter(w.lower() for tokens, tags in tag(list(dict.fromkeys(texts)))
-                         for w, t in zip(tokens, tags) if t in ("NN", "NNS") and w.isalpha() and len(w) > 2)
+                         for w, t in zip(tokens, tags) if t in ("NN", "NNS") and w.isalpha() and len(w) > 2
+                         and w.lower() not in POSITION_NOUNS)
         return [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
 
     def _score(self, cache, per_instance):
