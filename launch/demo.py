@@ -19,7 +19,8 @@ For each seed, everything under `<out>/seed-<s>/`:
 Then `<out>/results.md` and `results.json` (last-epoch metrics per recipe, mean and standard
 deviation over seeds, differences to the control) and `comparison.png` / `curves.png`. Every
 step is a command a user could type; each one's output goes to `<out>/seed-<s>/logs/`. A step
-whose output is complete is not run again, so a rerun after a kill continues.
+whose output is complete is not run again and a killed training resumes from its last
+checkpoint (`checkpoint.resume=auto`), so a rerun after a kill continues.
 """
 from __future__ import annotations
 
@@ -71,7 +72,9 @@ class Seed:
         handle = open(self.logs / f"{name}.log", "w")
         handle.write("$ " + " ".join(cmd) + "\n")
         handle.flush()
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)
+        handle.close()  # the child holds its own copy of the descriptor
+        return proc
 
     def run(self, name: str, cmd: list[str], threads: int = 2) -> None:
         wait([(name, self.command(name, cmd, threads), self)])
@@ -79,7 +82,7 @@ class Seed:
     def train_cmd(self, recipe: str) -> list[str]:
         a = self.args
         cmd = [sys.executable, "trainer/train.py", f"recipes/{recipe}.yaml", f"seed={self.seed}",
-               f"logging.output_dir={self.runs}", "logging.progress=false",
+               f"logging.output_dir={self.runs}", "logging.progress=false", "checkpoint.resume=auto",
                f"data.train_shards=[{self.world / TRAIN_SET[recipe]}]",
                f"eval.data_root={self.world / 'benchmarks'}"]
         if recipe != "demo_pretrain":
