@@ -78,11 +78,13 @@ def versions(packages: dict[str, str] = PACKAGES) -> dict[str, Optional[str]]:
 
 
 def git_commit(root: Path = ROOT) -> str:
-    """`<sha>` or `<sha> (+ uncommitted changes)`; 'unknown' outside a git checkout."""
+    """`<sha>` or `<sha> (+ uncommitted changes)`; 'unknown' outside a git checkout. The bench's
+    own outputs (bench/results/, bench/RESULTS*.md) do not count as changes."""
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", ".", ":!bench/results",
+                                ":!bench/RESULTS*.md"], cwd=root, capture_output=True,
                                text=True, timeout=30).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
