@@ -1,7 +1,8 @@
 """train.py as users run it, in subprocesses: 2-process DDP and DeepSpeed ZeRO-2 on CPU through
 `accelerate launch` (flags from ../shared/ENVIRONMENT.md), evaluating synthetic-world compositional
 benchmarks every epoch on rank 0, and resume after SIGKILL giving the same final weights as an
-uninterrupted run (bit-identical on CPU)."""
+uninterrupted run (bit-identical on CPU), and one optimiser step in 2 processes (DDP, ZeRO-2) equal
+to 1 process on the concatenated batch (tests/_one_step.py)."""
 import json
 import os
 import signal
@@ -146,3 +147,42 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path, shards, mode):
     assert want.keys() == got.keys()
     for key in want:
         assert torch.equal(want[key], got[key]), key
+
+
+ONE_STEP = ["optim.lr=1.0", "optim.eps=1.0", "optim.weight_decay=0.0", "optim.grad_clip=1000.0",
+            "schedule.warmup_steps=0", "logging.tensorboard=false"]
+
+
+def one_step(tmp_path, shards, mode, *extra):
+    """tests/_one_step.py: one Trainer.step on the fixed global batch; returns what rank 0 saved."""
+    out = tmp_path / f"{mode}.pt"
+    launch = {"single": [sys.executable],
+              "ddp": [ACCELERATE, "launch", "--multi_gpu", *CPU2],
+              "zero2": [ACCELERATE, "launch", "--use_deepspeed", "--zero_stage", "2", *CPU2]}[mode]
+    done = subprocess.run([*launch, "tests/_one_step.py", out, recipe(tmp_path, shards, mode), *ONE_STEP, *extra],
+                          cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return torch.load(out)
+
+
+@pytest.fixture(scope="module")
+def one_process_step(tmp_path_factory, shards):
+    return one_step(tmp_path_factory.mktemp("single"), shards, "single")
+
+
+@pytest.mark.parametrize("mode", ["ddp", "zero2"])
+def test_two_process_step_equals_one_process_on_the_whole_batch(tmp_path, shards, one_process_step, mode):
+    """One real optimiser step (gathered loss, backward, DDP/ZeRO-2 gradient averaging, clipping,
+    AdamW) in 2 processes, each on half of a fixed global batch with partners and hard negatives,
+    gives the loss and parameters of 1 process on the whole batch. AdamW's first step divides the
+    gradient by |g| + eps, so eps=1 (and lr=1, no weight decay) keeps the update proportional to
+    the gradient: a gradient off by a factor (e.g. `loss.gather_with_grad=false` halves it) shows."""
+    want, got = one_process_step, one_step(tmp_path, shards, mode)
+    assert got["loss"] == pytest.approx(want["loss"], rel=1e-6, abs=1e-6)
+    assert want["after"].keys() == got["after"].keys()
+    moved = max((want["after"][k] - want["before"][k]).abs().max().item() for k in want["after"])
+    assert moved > 1e-2  # the step did change the parameters
+    for key in want["after"]:
+        torch.testing.assert_close(got["before"][key], want["before"][key], rtol=0, atol=0)
+        torch.testing.assert_close(got["after"][key], want["after"][key], rtol=1e-5, atol=1e-6,
+                                   msg=lambda m, key=key: f"{key}: {m}")
