@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="one negative per sub-kind, or every distinct one up to --cap")
     gen.add_argument("--cap", type=int, default=8, help="negatives per sub-kind in --mode all")
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--workers", type=int, default=1, help="processes (1 was fastest on 2 cores)")
+    gen.add_argument("--workers", type=int, default=1, help="worker processes, one per free core (default 1)")
     gen.add_argument("--chunk-size", type=int, default=1000)
     gen.add_argument("--shard-size", type=int, default=10_000)
     gen.add_argument("--vocab", default=None, help="vocabulary JSON to reuse")
