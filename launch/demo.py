@@ -130,7 +130,7 @@ class Seed:
 
     def finetunes(self) -> list[tuple[str, list[str]]]:
         """The finetunes still to run, costliest first (so the last one does not run alone)."""
-        return [(r, self.train_cmd(r)) for r in LONGEST_FIRST if not self.done(r)]
+        return [(r, self.train_cmd(r)) for r in LONGEST_FIRST if r in self.args.recipes and not self.done(r)]
 
 
 def wait(procs: list[tuple[str, subprocess.Popen, Seed]]) -> None:
@@ -182,9 +182,9 @@ def last_metrics(seed: Seed, recipe: str) -> dict[str, float]:
 
 
 # --- results ------------------------------------------------------------------------------------
-def summarise(seeds: list[Seed]) -> dict:
+def summarise(seeds: list[Seed], finetunes: tuple[str, ...] = FINETUNES) -> dict:
     """Last-epoch metrics per recipe: per seed, mean, sample standard deviation, delta to control."""
-    recipes = ("demo_pretrain",) + FINETUNES
+    recipes = ("demo_pretrain",) + finetunes
     per_seed = {r: {s.seed: last_metrics(s, r) for s in seeds} for r in recipes}
     summary: dict = {"seeds": [s.seed for s in seeds], "metrics": [m for m, _ in METRICS], "recipes": {}}
     for r in recipes:
@@ -220,7 +220,7 @@ def markdown(summary: dict, command: str, minutes: float) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "Difference to the control, percentage points (mean ± std of the per-seed difference):", "",
               "| recipe | " + " | ".join(short for _, short in METRICS) + " |", "|---|" + "---|" * len(METRICS)]
-    for r in FINETUNES[1:]:
+    for r in [r for r in summary["recipes"] if r not in ("demo_pretrain", "demo_clip_ft")]:
         rows = summary["recipes"][r]
         cells = [f"{100 * rows[m]['delta_mean']:+.1f}" + (f" ± {100 * rows[m]['delta_std']:.1f}" if len(seeds) > 1 else "")
                  if rows[m]["delta_mean"] is not None else "–" for m, _ in METRICS]
@@ -234,14 +234,15 @@ def plots(summary: dict, seeds: list[Seed], out: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
     fig, ax = plt.subplots(figsize=(14, 4.5))
-    width = 0.8 / len(FINETUNES)
+    finetunes = [r for r in summary["recipes"] if r != "demo_pretrain"]
+    width = 0.8 / len(finetunes)
     x = np.arange(len(METRICS))
-    for i, r in enumerate(FINETUNES):
+    for i, r in enumerate(finetunes):
         rows = summary["recipes"][r]
         means = [100 * (rows[m]["mean"] or 0) for m, _ in METRICS]
         stds = [100 * rows[m]["std"] for m, _ in METRICS]
         ax.bar(x + i * width, means, width, yerr=stds, label=LABELS[r], capsize=2)
-    ax.set_xticks(x + width * (len(FINETUNES) - 1) / 2, [s for _, s in METRICS], rotation=30, ha="right")
+    ax.set_xticks(x + width * (len(finetunes) - 1) / 2, [s for _, s in METRICS], rotation=30, ha="right")
     ax.set_ylabel("accuracy (%)")
     ax.set_title(f"Offline demo, last epoch, seeds {summary['seeds']}")
     ax.legend(fontsize=8)
@@ -252,7 +253,7 @@ def plots(summary: dict, seeds: list[Seed], out: Path) -> None:
               ("bivlc/t2i", "BiVLC T2I"), ("bivlc/group", "BiVLC group")]
     fig, axes = plt.subplots(1, len(curves), figsize=(16, 3.8))
     for ax, (metric, title) in zip(axes, curves):
-        for r in FINETUNES:
+        for r in finetunes:
             per_epoch = [[ln["metrics"][metric] for ln in eval_lines(s, r)] for s in seeds]
             n = min(len(v) for v in per_epoch)
             if n:
@@ -276,7 +277,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=0, help="override data.samples_per_epoch")
     parser.add_argument("--epochs", type=int, default=0, help="override schedule.epochs")
     parser.add_argument("--bench-scale", type=float, default=1.0, help="benchmark sizes (world build)")
+    parser.add_argument("--recipes", nargs="+", choices=FINETUNES, default=list(FINETUNES),
+                        help="finetunes to run (default all four; the control is always run)")
     args = parser.parse_args(argv)
+    args.recipes = [r for r in FINETUNES if r in args.recipes or r == "demo_clip_ft"]
     out = (ROOT / args.out) if not Path(args.out).is_absolute() else Path(args.out)
     sys.path.insert(0, str(ROOT))
     t0 = time.time()
@@ -286,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         seed.pretrain()
         seed.negclip_data()
         run_parallel([(seed, r, cmd) for r, cmd in seed.finetunes()], args.slots)
-    summary = summarise(seeds)
+    summary = summarise(seeds, tuple(args.recipes))
     minutes = (time.time() - t0) / 60
     command = "bash launch/demo.sh " + " ".join(argv if argv is not None else sys.argv[1:])
     (out / "results.json").write_text(json.dumps(summary, indent=1))

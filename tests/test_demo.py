@@ -21,7 +21,8 @@ def demo():
 
 
 def _args(**kw):
-    base = dict(samples=0, epochs=0, bench_scale=1.0)
+    base = dict(samples=0, epochs=0, bench_scale=1.0,
+                recipes=["demo_clip_ft", "demo_negclip", "demo_trohn_text", "demo_trohn_img"])
     base.update(kw)
     return argparse.Namespace(**base)
 
@@ -62,3 +63,14 @@ def test_summary_uses_the_last_epoch_and_differences_to_the_control(demo, tmp_pa
     text = demo.markdown(summary, "bash launch/demo.sh --seeds 0 1", 1.0)
     assert "| TROHN-Img-style | " in text and "+7.0 ± 4.2" in text and "59.0 ± 1.4" in text
     assert "–" in text  # metrics no run reported are shown as missing, not as 0
+
+
+def test_a_subset_of_finetunes_runs_and_is_summarised_alone(demo, tmp_path):
+    seed = demo.Seed(tmp_path, 0, _args(recipes=["demo_clip_ft", "demo_trohn_text"]))
+    assert [r for r, _ in seed.finetunes()] == ["demo_trohn_text", "demo_clip_ft"]  # costliest first
+    for recipe in ("demo_pretrain", "demo_clip_ft", "demo_trohn_text"):
+        _write_evals(seed, recipe, [0.5, 0.6 if recipe == "demo_trohn_text" else 0.55])
+    summary = demo.summarise([seed], ("demo_clip_ft", "demo_trohn_text"))
+    assert list(summary["recipes"]) == ["demo_pretrain", "demo_clip_ft", "demo_trohn_text"]
+    text = demo.markdown(summary, "bash launch/demo.sh --recipes demo_trohn_text", 1.0)
+    assert "| TROHN-Text-style | " in text and "+5.0" in text and "NegCLIP" not in text

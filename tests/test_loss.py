@@ -1,7 +1,6 @@
 """The contrastive loss equals a loop-based reference for every batch shape, and 2 gloo processes
 give the same loss and the same gradients as one process on the concatenated batch."""
 import math
-import socket
 
 import pytest
 import torch
@@ -114,8 +113,9 @@ def _grads(model):
     return {n: p.grad.detach().clone() for n, p in model.named_parameters()}
 
 
-def _rank_worker(rank, port, out_dir):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+def _rank_worker(rank, out_dir):
+    # file rendezvous: no TCP port to pick, so no race with ports other tests left in use
+    dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous", rank=rank, world_size=2)
     results = {}
     for shape in SHAPES:
         model = Towers()
@@ -131,15 +131,9 @@ def _rank_worker(rank, port, out_dir):
     dist.destroy_process_group()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_processes_equal_one_process_on_concatenated_batch(tmp_path):
-    mp.spawn(_rank_worker, args=(_free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_rank_worker, args=(str(tmp_path),), nprocs=2, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     for shape in SHAPES:
         model = Towers()

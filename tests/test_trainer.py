@@ -42,7 +42,7 @@ def fake_eval(monkeypatch):
     """Stands in for eval.api (owned by the eval engineer): scores with the real scorer."""
     calls = []
 
-    def evaluate(scorer, benchmarks, data_root, options):
+    def evaluate(scorer, benchmarks, data_root, options, progress=True):
         from PIL import Image
         img = scorer.encode_images([Image.new("RGB", (32, 32), (200, 0, 0))])
         txt = scorer.encode_texts(["a red square", "a blue square"])

@@ -229,6 +229,19 @@ def test_aro_files(world):
             assert all(s.same_as(scenes[0]) for s in scenes)
 
 
+def test_large_vg_attribution_keeps_groups_of_at_least_25(tmp_path):
+    """More items than colour pairs x 25 (e.g. --bench-scale 4): groups grow instead of failing."""
+    from datagen.world.benchmarks import _Builder, write_aro
+    b = _Builder(tmp_path, Split.make(0), seed=0, size=32, progress=False)
+    (tmp_path / "aro").mkdir()
+    write_aro(b, n_relation=0, n_attribution=800, n_order=0)
+    items = json.loads((tmp_path / "aro" / "visual_genome_attribution.json").read_text())
+    groups = {}
+    for it in items:
+        groups[tuple(it["attributes"])] = groups.get(tuple(it["attributes"]), 0) + 1
+    assert len(items) == 800 and min(groups.values()) >= 25
+
+
 def test_build_is_deterministic(world, tmp_path):
     out, _ = world
     again = tmp_path / "again"

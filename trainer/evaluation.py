@@ -27,8 +27,8 @@ def check_available(cfg: EvalConfig) -> None:
 
 
 def evaluate_model(model: nn.Module, preprocess: Callable, tokenizer: Callable, cfg: EvalConfig,
-                   device: torch.device, name: str) -> dict[str, float]:
+                   device: torch.device, name: str, progress: bool = True) -> dict[str, float]:
     from eval.api import evaluate
     scorer = OpenClipScorer(model, preprocess, tokenizer, name=name, batch_size=cfg.batch_size, device=device)
-    metrics = evaluate(scorer, list(cfg.benchmarks), cfg.data_root, dict(cfg.options))
+    metrics = evaluate(scorer, list(cfg.benchmarks), cfg.data_root, dict(cfg.options), progress=progress)
     return {str(k): float(v) for k, v in metrics.items()}

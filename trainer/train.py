@@ -199,7 +199,8 @@ class Trainer:
         metrics: dict[str, float] = {}
         if cfg.distributed or self.acc.is_main_process:
             metrics = evaluation.evaluate_model(self.acc.unwrap_model(self.model), self.loaded.preprocess,
-                                                self.loaded.tokenizer, cfg, self.acc.device, self.recipe.name)
+                                                self.loaded.tokenizer, cfg, self.acc.device, self.recipe.name,
+                                                progress=self.recipe.logging.progress)
         self.acc.wait_for_everyone()
         self.monitor.evaluation(metrics, self.state.step, self.state.epoch)
         self.state.metrics = metrics

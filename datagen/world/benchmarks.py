@@ -265,7 +265,7 @@ def write_aro(b: _Builder, n_relation: int, n_attribution: int, n_order: int) ->
     rng = b.rng("vg-attribution")
     colour_pairs = [(c1, c2) for c1 in COLOURS for c2 in COLOURS if c1 != c2]
     rng.shuffle(colour_pairs)
-    groups = max(1, n_attribution // 25)
+    groups = min(len(colour_pairs), max(1, n_attribution // 25))  # every group keeps >= 25 items
     heldout_shape = dict(b.split.bindings)
     items = []
     for i in range(n_attribution):

@@ -1,0 +1,180 @@
+"""Seen vs unseen compositions: the offline demo's finetuned models on two benchmark sets per seed.
+
+    .venv/bin/python bench/bench_demo_generalisation.py                 # after bash launch/demo.sh --seeds 0 1 2
+    .venv/bin/python bench/bench_demo_generalisation.py --bench-scale 1 --seeds 0
+
+The demo's benchmarks (datagen.world) state compositions training never showed (held-out
+colour-shape bindings and relation triples): they measure generalisation to unseen compositions.
+The papers' benchmarks (SugarCrepe, ARO, BiVLC on COCO / Visual Genome images) mostly ask about
+compositions of kinds the training data holds. This script builds, for each demo seed, two fresh
+benchmark sets of the same size and generator (benchmark seed 1000 + seed):
+- `unseen`: the seed's own split, as in the demo;
+- `seen`: a split whose "held-out" bindings and relation triples are ones training did show
+  (disjoint from the seed's held-out ones), and whose items state no held-out composition of the
+  seed's split (VG-Attribution's second object is drawn at random and may still be one),
+and scores every model of the seed (the base and the four finetunes, last epoch) on both.
+Results: bench/results/demo_generalisation.json and .md (per set: mean ± std over seeds, and the
+difference to the control); docs/demo.md quotes them. Not part of bench/run_all.py: it needs the
+demo's outputs and takes ~10 minutes for 3 seeds.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+if sys.path and Path(sys.path[0]).resolve() == ROOT / "bench":
+    sys.path.pop(0)
+sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "launch"))
+
+import torch  # noqa: E402
+
+from bench.common import RESULTS_DIR, log, markdown_table, write_result  # noqa: E402
+from datagen.world.benchmarks import BenchSizes, write_benchmarks  # noqa: E402
+from datagen.world.scene import Scene  # noqa: E402
+from datagen.world.splits import Split  # noqa: E402
+from datagen.world.vocab import COLOURS, SHAPES  # noqa: E402
+from demo import FINETUNES, LABELS, METRICS  # noqa: E402  (launch/demo.py)
+from eval.api import evaluate  # noqa: E402
+from eval.scorer import OpenClipScorer  # noqa: E402
+from models import load_model  # noqa: E402
+
+BENCHMARKS = ["visla", "sugarcrepe", "bivlc", "aro"]
+MODELS = ("demo_pretrain",) + FINETUNES
+SETS = ("unseen", "seen")
+
+
+@dataclass(frozen=True)
+class SeenSplit(Split):
+    """A split whose 'held-out' compositions were seen in training under `avoid` (the demo seed's
+    real split); its benchmark scenes state none of `avoid`'s held-out compositions."""
+    avoid: Optional[Split] = None
+
+    @classmethod
+    def around(cls, avoid: Split, seed: int, n_relations: int = 4) -> "SeenSplit":
+        rng = random.Random(f"seen-split:{seed}")
+        while True:  # a colour -> shape matching disjoint from the held-out one
+            shapes = list(SHAPES)
+            rng.shuffle(shapes)
+            bindings = frozenset(zip(COLOURS, shapes))
+            if not bindings & avoid.bindings:
+                break
+        unseen = avoid.relations | {(b, r, a) for a, r, b in avoid.relations}
+        triples = [(a, r, b) for a in SHAPES for b in SHAPES if a != b for r in ("left", "above")
+                   if (a, r, b) not in unseen]
+        rng.shuffle(triples)
+        chosen: list[tuple[str, str, str]] = []
+        for t in triples:
+            if (t[2], t[1], t[0]) not in chosen and len(chosen) < n_relations:
+                chosen.append(t)
+        return cls(bindings, frozenset(chosen), avoid)
+
+    def heldout_scene(self, rng: random.Random, need: str = "any", **kwargs) -> Scene:
+        for _ in range(10_000):
+            scene = super().heldout_scene(rng, need, **kwargs)
+            if not self.avoid.spec_heldout(scene):
+                return scene
+        raise RuntimeError(f"no seen-composition scene of kind '{need}' found")
+
+
+def model_paths(seed_dir: Path) -> dict[str, Path]:
+    paths = {"demo_pretrain": seed_dir / "pretrained.pt"}
+    for recipe in FINETUNES:
+        ckpt = seed_dir / "runs" / recipe / "checkpoints"
+        paths[recipe] = ckpt / (ckpt / "latest").read_text().strip() if (ckpt / "latest").is_file() \
+            else ckpt / "latest"
+    missing = [str(p) for p in paths.values() if not p.is_file()]
+    if missing:
+        raise SystemExit(f"error: {seed_dir}: demo output incomplete, missing {missing}; "
+                         f"run bash launch/demo.sh --seeds ... first")
+    return paths
+
+
+def score_seed(seed_dir: Path, seed: int, scale: float, work: Path) -> dict:
+    split = Split.load(seed_dir / "world")
+    splits = {"unseen": split, "seen": SeenSplit.around(split, seed)}
+    roots = {}
+    for name, s in splits.items():
+        roots[name] = work / f"seed-{seed}" / name
+        log(f"seed {seed}: building the '{name}' benchmark set (scale {scale})")
+        write_benchmarks(roots[name], s, seed=1000 + seed, sizes=BenchSizes().scaled(scale), progress=False)
+    out: dict = {"splits": {n: s.to_json() for n, s in splits.items()}, "metrics": {}}
+    for recipe, path in model_paths(seed_dir).items():
+        scorer = OpenClipScorer.from_loaded(load_model("demo-vit-64", str(path)), name=recipe)
+        out["metrics"][recipe] = {}
+        for name in SETS:
+            m = evaluate(scorer, BENCHMARKS, str(roots[name]), progress=False)
+            out["metrics"][recipe][name] = {k: m[k] for k, _ in METRICS}
+        log(f"seed {seed}: {recipe}: SC swap-att unseen {out['metrics'][recipe]['unseen']['sugarcrepe/swap_att']:.3f}"
+            f" / seen {out['metrics'][recipe]['seen']['sugarcrepe/swap_att']:.3f}")
+    return out
+
+
+def summarise(per_seed: dict[int, dict]) -> dict:
+    """Per set, model and metric: mean and std over seeds, and the per-seed difference to the control."""
+    summary: dict = {}
+    for name in SETS:
+        summary[name] = {}
+        for recipe in MODELS:
+            rows = {}
+            for metric, _ in METRICS:
+                values = [s["metrics"][recipe][name][metric] for s in per_seed.values()]
+                deltas = [v - s["metrics"]["demo_clip_ft"][name][metric] for v, s in zip(values, per_seed.values())]
+                sd = statistics.stdev if len(values) > 1 else (lambda _: 0.0)
+                rows[metric] = {"values": values, "mean": statistics.fmean(values), "std": sd(values),
+                                "delta_mean": statistics.fmean(deltas), "delta_std": sd(deltas)}
+            summary[name][recipe] = rows
+    return summary
+
+
+def markdown(summary: dict, seeds: list[int], scale: float) -> str:
+    label = {"demo_pretrain": "base (no finetuning)", **LABELS}
+    heads = ["recipe"] + [short for _, short in METRICS]
+    lines = ["# Seen vs unseen compositions (bench/bench_demo_generalisation.py)", "",
+             f"Seeds {seeds}, benchmark scale {scale}, last-epoch models of `bash launch/demo.sh`. "
+             "Accuracy in %, mean ± sample std over seeds; differences in points, mean ± std of the "
+             "per-seed difference to the control.", ""]
+    for name in SETS:
+        rows = [[label[r]] + [f"{100 * v['mean']:.1f} ± {100 * v['std']:.1f}" for v in summary[name][r].values()]
+                for r in MODELS]
+        lines += [f"## {name} compositions", "", markdown_table(heads, rows), "",
+                  "Difference to the control:", "",
+                  markdown_table(heads, [[label[r]] + [f"{100 * v['delta_mean']:+.1f} ± {100 * v['delta_std']:.1f}"
+                                                      for v in summary[name][r].values()] for r in FINETUNES[1:]]),
+                  ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--demo", default=str(ROOT / "runs" / "demo"), help="the demo's output folder")
+    ap.add_argument("--seeds", type=int, nargs="+", help="default: every seed-<s> folder there")
+    ap.add_argument("--bench-scale", type=float, default=2.0, help="benchmark sizes (the demo uses 1)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=str(RESULTS_DIR / "demo_generalisation.json"))
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    demo = Path(args.demo)
+    seeds = args.seeds or sorted(int(p.name.split("-")[1]) for p in demo.glob("seed-*"))
+    if not seeds:
+        raise SystemExit(f"error: no seed-<s> folders in {demo}; run bash launch/demo.sh first")
+    with tempfile.TemporaryDirectory(prefix="demo-generalisation-") as work:
+        per_seed = {s: score_seed(demo / f"seed-{s}", s, args.bench_scale, Path(work)) for s in seeds}
+    summary = summarise(per_seed)
+    write_result("demo_generalisation", {"seeds": seeds, "bench_scale": args.bench_scale,
+                                         "per_seed": per_seed, "summary": summary}, args.out)
+    md = Path(args.out).with_suffix(".md")
+    md.write_text(markdown(summary, seeds, args.bench_scale))
+    log(f"wrote {md}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
