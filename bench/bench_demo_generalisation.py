@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -36,15 +35,15 @@ sys.path.insert(1, str(ROOT / "launch"))
 
 import torch  # noqa: E402
 
-from bench.common import RESULTS_DIR, log, markdown_table, write_result  # noqa: E402
+from bench.common import RESULTS_DIR, log, write_result  # noqa: E402
 from datagen.world.benchmarks import BenchSizes, write_benchmarks  # noqa: E402
 from datagen.world.scene import Scene  # noqa: E402
 from datagen.world.splits import Split  # noqa: E402
 from datagen.world.vocab import COLOURS, SHAPES  # noqa: E402
-from demo import FINETUNES, LABELS, METRICS  # noqa: E402  (launch/demo.py)
+from demo import FINETUNES, METRICS, summarise_metrics, tables  # noqa: E402  (launch/demo.py)
 from eval.api import evaluate  # noqa: E402
 from eval.scorer import OpenClipScorer  # noqa: E402
-from models import load_model  # noqa: E402
+from models import latest_checkpoint, load_model  # noqa: E402
 
 BENCHMARKS = ["visla", "sugarcrepe", "bivlc", "aro"]
 MODELS = ("demo_pretrain",) + FINETUNES
@@ -87,12 +86,10 @@ class SeenSplit(Split):
 def model_paths(seed_dir: Path) -> dict[str, Path]:
     paths = {"demo_pretrain": seed_dir / "pretrained.pt"}
     for recipe in FINETUNES:
-        ckpt = seed_dir / "runs" / recipe / "checkpoints"
-        paths[recipe] = ckpt / (ckpt / "latest").read_text().strip() if (ckpt / "latest").is_file() \
-            else ckpt / "latest"
-    missing = [str(p) for p in paths.values() if not p.is_file()]
+        paths[recipe] = latest_checkpoint(seed_dir / "runs" / recipe / "checkpoints")
+    missing = [r for r, p in paths.items() if p is None or not p.is_file()]
     if missing:
-        raise SystemExit(f"error: {seed_dir}: demo output incomplete, missing {missing}; "
+        raise SystemExit(f"error: {seed_dir}: demo output incomplete, no model for {missing}; "
                          f"run bash launch/demo.sh --seeds ... first")
     return paths
 
@@ -117,39 +114,17 @@ def score_seed(seed_dir: Path, seed: int, scale: float, work: Path) -> dict:
     return out
 
 
-def summarise(per_seed: dict[int, dict]) -> dict:
-    """Per set, model and metric: mean and std over seeds, and the per-seed difference to the control."""
-    summary: dict = {}
-    for name in SETS:
-        summary[name] = {}
-        for recipe in MODELS:
-            rows = {}
-            for metric, _ in METRICS:
-                values = [s["metrics"][recipe][name][metric] for s in per_seed.values()]
-                deltas = [v - s["metrics"]["demo_clip_ft"][name][metric] for v, s in zip(values, per_seed.values())]
-                sd = statistics.stdev if len(values) > 1 else (lambda _: 0.0)
-                rows[metric] = {"values": values, "mean": statistics.fmean(values), "std": sd(values),
-                                "delta_mean": statistics.fmean(deltas), "delta_std": sd(deltas)}
-            summary[name][recipe] = rows
-    return summary
-
-
-def markdown(summary: dict, seeds: list[int], scale: float) -> str:
-    label = {"demo_pretrain": "base (no finetuning)", **LABELS}
-    heads = ["recipe"] + [short for _, short in METRICS]
+def markdown(per_seed: dict[int, dict], scale: float) -> tuple[str, dict]:
+    """The report (two tables per set, launch/demo.py's layout) and the summaries behind it."""
+    seeds = list(per_seed)
     lines = ["# Seen vs unseen compositions (bench/bench_demo_generalisation.py)", "",
              f"Seeds {seeds}, benchmark scale {scale}, last-epoch models of `bash launch/demo.sh`. "
-             "Accuracy in %, mean ± sample std over seeds; differences in points, mean ± std of the "
-             "per-seed difference to the control.", ""]
+             "Accuracy in %, mean ± sample std over seeds.", ""]
+    summaries = {}
     for name in SETS:
-        rows = [[label[r]] + [f"{100 * v['mean']:.1f} ± {100 * v['std']:.1f}" for v in summary[name][r].values()]
-                for r in MODELS]
-        lines += [f"## {name} compositions", "", markdown_table(heads, rows), "",
-                  "Difference to the control:", "",
-                  markdown_table(heads, [[label[r]] + [f"{100 * v['delta_mean']:+.1f} ± {100 * v['delta_std']:.1f}"
-                                                      for v in summary[name][r].values()] for r in FINETUNES[1:]]),
-                  ""]
-    return "\n".join(lines)
+        summaries[name] = summarise_metrics({r: {s: per_seed[s]["metrics"][r][name] for s in seeds} for r in MODELS})
+        lines += [f"## {name} compositions", "", tables(summaries[name])]
+    return "\n".join(lines), summaries
 
 
 def main(argv=None) -> int:
@@ -167,11 +142,11 @@ def main(argv=None) -> int:
         raise SystemExit(f"error: no seed-<s> folders in {demo}; run bash launch/demo.sh first")
     with tempfile.TemporaryDirectory(prefix="demo-generalisation-") as work:
         per_seed = {s: score_seed(demo / f"seed-{s}", s, args.bench_scale, Path(work)) for s in seeds}
-    summary = summarise(per_seed)
+    report, summary = markdown(per_seed, args.bench_scale)
     write_result("demo_generalisation", {"seeds": seeds, "bench_scale": args.bench_scale,
                                          "per_seed": per_seed, "summary": summary}, args.out)
     md = Path(args.out).with_suffix(".md")
-    md.write_text(markdown(summary, seeds, args.bench_scale))
+    md.write_text(report)
     log(f"wrote {md}")
     return 0
 

@@ -81,15 +81,18 @@ def ours_on_captions(captions: Sequence[str], seed: int = 0, kinds=None) -> dict
 
 def coverage(groups: dict[str, Pairs], n_captions: int) -> tuple[dict[str, float], dict[str, float]]:
     """(per kind:subkind, per kind) share of `n_captions` distinct captions that have at least
-    one pair in `groups` (`ours_on_captions`' output); a caption counts for a kind if it has a
-    negative of any of that kind's sub-kinds."""
-    per_kind: dict[str, set[str]] = defaultdict(set)
-    per_sub = {}
+    one pair in `groups` (`ours_on_captions`' output), counted by the generator's own
+    `datagen.negatives.base.Coverage`."""
+    from datagen.negatives.base import Coverage
+    from datagen.schema import Negative
+    per_caption: dict[str, list[Negative]] = defaultdict(list)
     for name, pairs in groups.items():
-        positives = {p for p, _ in pairs}
-        per_sub[name] = len(positives) / n_captions
-        per_kind[name.split(":")[0]] |= positives
-    return per_sub, {k: len(v) / n_captions for k, v in sorted(per_kind.items())}
+        kind, subkind = name.split(":")
+        for positive, negative in pairs:
+            per_caption[positive].append(Negative(negative, kind, subkind))
+    uncovered = [[]] * (n_captions - len(per_caption))
+    report = Coverage().update([*per_caption.values(), *uncovered]).report(digits=12)
+    return report["coverage"], report["coverage_kind"]
 
 
 def pairs_from_shards(directory: str | Path) -> dict[str, Pairs]:

@@ -185,13 +185,20 @@ def last_metrics(seed: Seed, recipe: str) -> dict[str, float]:
 def summarise(seeds: list[Seed], finetunes: tuple[str, ...] = FINETUNES) -> dict:
     """Last-epoch metrics per recipe: per seed, mean, sample standard deviation, delta to control."""
     recipes = ("demo_pretrain",) + finetunes
-    per_seed = {r: {s.seed: last_metrics(s, r) for s in seeds} for r in recipes}
-    summary: dict = {"seeds": [s.seed for s in seeds], "metrics": [m for m, _ in METRICS], "recipes": {}}
-    for r in recipes:
+    return summarise_metrics({r: {s.seed: last_metrics(s, r) for s in seeds} for r in recipes})
+
+
+def summarise_metrics(per_seed: dict[str, dict[int, dict[str, float]]]) -> dict:
+    """`{recipe: {seed: {metric: value}}}` (the control, `demo_clip_ft`, among the recipes) ->
+    per recipe and metric: the values, their mean and sample std, and the mean and std of the
+    per-seed difference to the control. A metric a run did not report is left out (mean None)."""
+    seeds = list(per_seed["demo_clip_ft"])
+    summary: dict = {"seeds": seeds, "metrics": [m for m, _ in METRICS], "recipes": {}}
+    for r, by_seed in per_seed.items():
         rows = {}
         for metric, _ in METRICS:
-            values = [per_seed[r][s.seed][metric] for s in seeds if metric in per_seed[r][s.seed]]
-            control = [per_seed["demo_clip_ft"][s.seed].get(metric) for s in seeds]
+            values = [by_seed[s][metric] for s in seeds if metric in by_seed[s]]
+            control = [per_seed["demo_clip_ft"][s].get(metric) for s in seeds]
             deltas = [v - c for v, c in zip(values, control) if c is not None]
             rows[metric] = {"values": values, "mean": statistics.fmean(values) if values else None,
                             "std": statistics.stdev(values) if len(values) > 1 else 0.0,
@@ -204,9 +211,15 @@ def summarise(seeds: list[Seed], finetunes: tuple[str, ...] = FINETUNES) -> dict
 def markdown(summary: dict, command: str, minutes: float) -> str:
     seeds = summary["seeds"]
     spread = "mean ± sample std over seeds " if len(seeds) > 1 else "one seed "
-    lines = [f"# Offline demo results", "", f"Command: `{command}`; seeds {seeds}; "
-             f"{minutes:.1f} min wall. Accuracies in %, last epoch, {spread}{seeds}.", "",
-             "| recipe | " + " | ".join(short for _, short in METRICS) + " |",
+    return "\n".join([f"# Offline demo results", "", f"Command: `{command}`; seeds {seeds}; "
+                      f"{minutes:.1f} min wall. Accuracies in %, last epoch, {spread}{seeds}.", "",
+                      tables(summary)])
+
+
+def tables(summary: dict) -> str:
+    """The accuracy table (mean ± std per recipe) and the difference-to-control table, markdown."""
+    seeds = summary["seeds"]
+    lines = ["| recipe | " + " | ".join(short for _, short in METRICS) + " |",
              "|---|" + "---|" * len(METRICS)]
     for r, rows in summary["recipes"].items():
         cells = []
