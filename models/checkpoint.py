@@ -32,6 +32,7 @@ class CheckpointMeta:
     epoch: int = 0
     recipe: Optional[dict[str, Any]] = None
     metrics: dict[str, float] = field(default_factory=dict)
+    overlap: dict[str, int] = field(default_factory=dict)  # benchmark -> training images in it
     format: int = FORMAT_VERSION
 
 

@@ -38,3 +38,12 @@ def test_inconsistent_batches_are_rejected(change, message):
     change(batch)
     with pytest.raises(ValueError, match=message):
         batch.check()
+
+
+def test_source_ids_must_match_the_layout():
+    batch = make()
+    batch.image_ids, batch.text_ids = torch.zeros(6, dtype=torch.long), torch.zeros(14, dtype=torch.long)
+    batch.check()
+    batch.image_ids = torch.zeros(4, dtype=torch.long)
+    with pytest.raises(ValueError, match="image_ids must have 6 entries"):
+        batch.check()

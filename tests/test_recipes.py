@@ -168,12 +168,25 @@ def test_recipe_validates_and_names_what_exists(path):
     recipe = load_recipe(path)
     known = set(list_benchmarks())
     assert set(recipe.eval.benchmarks) <= known, f"unknown benchmarks {set(recipe.eval.benchmarks) - known}"
-    if recipe.checkpoint.best_metric:
-        bench = recipe.checkpoint.best_metric.removeprefix("eval/").split("/")[0]
-        assert bench in recipe.eval.benchmarks, \
-            f"checkpoint.best_metric {recipe.checkpoint.best_metric} needs '{bench}' in eval.benchmarks"
     d = recipe.data
-    assert d.samples_per_epoch // (d.batch_size * recipe.optim.accum_steps) >= 1
+    best = recipe.checkpoint.best_metric
+    if best and best.startswith("val/"):
+        assert d.val_shards or d.val_fraction, f"checkpoint.best_metric {best} needs validation data"
+        assert best.removeprefix("val/") in {"loss", "i2t_acc", "t2i_acc", "hard_negative_acc", "partner_acc"}
+    elif best:
+        bench = best.removeprefix("eval/").split("/")[0]
+        assert bench in recipe.eval.benchmarks, f"checkpoint.best_metric {best} needs '{bench}' in eval.benchmarks"
+    if d.sampling == "resampled":
+        assert d.samples_per_epoch // (d.batch_size * recipe.optim.accum_steps) >= 1
+
+
+@pytest.mark.parametrize("path", PAPER_RECIPES, ids=_ids(PAPER_RECIPES))
+def test_paper_recipes_select_on_held_out_data_with_exact_epochs(path):
+    """The papers made exact passes in a global random order and chose the epoch on held-out data."""
+    recipe = load_recipe(path)
+    assert recipe.data.sampling == "exact"
+    assert recipe.checkpoint.best_metric.startswith("val/")
+    assert recipe.loss.mask_same_image and recipe.optim.exclude_embeddings_from_decay is False
 
 
 @pytest.mark.parametrize("path", PAPER_RECIPES, ids=_ids(PAPER_RECIPES))
@@ -207,13 +220,20 @@ def test_recipe_trains_two_steps_with_its_layout(path, tmp_path, monkeypatch, on
     recipe = load_recipe(path)
     d = recipe.data
     features = [features_of(recipe, i) for i in range(len(d.train_shards))]
-    sources = [write_source(tmp_path / f"src{i}", f"src{i}_", f) for i, f in enumerate(features)]
     accum = recipe.optim.accum_steps
+    first = scale_counts(d.source_batch, SMOKE_BATCH)[0] if d.source_batch else SMOKE_BATCH
+    sizes = [24] * len(features)
+    if d.sampling == "exact":  # an exact epoch is one pass over the first source: size it for 2 steps
+        visits = pool_size(recipe, False) if d.visit_each_negative else 1
+        sizes[0] = -(-SMOKE_STEPS * first * accum // visits)
+    sources = [write_source(tmp_path / f"src{i}", f"src{i}_", f, n=n) for i, (f, n) in enumerate(zip(features, sizes))]
+    steps = SMOKE_STEPS if d.sampling == "resampled" else sizes[0] * visits // first // accum  # visit-each may round up
     overrides = [
         f"data.train_shards={json.dumps([str(s) for s in sources])}",
         f"data.batch_size={SMOKE_BATCH}",
-        f"data.samples_per_epoch={SMOKE_STEPS * SMOKE_BATCH * accum}",
-        "data.workers=0", "data.shuffle_buffer=8",
+        *([f"data.samples_per_epoch={SMOKE_STEPS * SMOKE_BATCH * accum}", "data.shuffle_buffer=8"]
+          if d.sampling == "resampled" else ["data.val_shards=null", "data.val_fraction=0"]),
+        "data.workers=0",
         "model.arch=tiny-vit-64", "model.pretrained=null", "model.activation=auto", "model.lineage=auto",
         "precision=fp32", "schedule.epochs=1", "schedule.warmup_steps=1",
         "eval.benchmarks=[]", "eval.every_n_steps=0", "checkpoint.resume=null", "checkpoint.every_n_steps=0",
@@ -229,14 +249,14 @@ def test_recipe_trains_two_steps_with_its_layout(path, tmp_path, monkeypatch, on
     seen = []
     original = train.Trainer.step
 
-    def observe(self, batches):
+    def observe(self, batches, **kwargs):
         seen.extend(batches)
-        return original(self, batches)
+        return original(self, batches, **kwargs)
 
     monkeypatch.setattr(train.Trainer, "step", observe)
     assert train_in_process([path, *overrides]) == 0
 
-    assert len(seen) == SMOKE_STEPS * accum
+    assert len(seen) == steps * accum
     for batch in seen:
         batch.check()
         assert (batch.num_anchors, batch.num_partners, batch.num_negatives) == (want["B"], want["P"], want["H"])
@@ -259,4 +279,4 @@ def test_recipe_trains_two_steps_with_its_layout(path, tmp_path, monkeypatch, on
     ckpts = tmp_path / "runs" / (small.logging.run_name or small.name) / "checkpoints"
     latest = (ckpts / "latest").read_text().strip()
     assert (ckpts / latest).is_file()
-    assert json.loads((ckpts / latest).with_suffix(".json").read_text())["step"] == SMOKE_STEPS
+    assert json.loads((ckpts / latest).with_suffix(".json").read_text())["step"] == steps

@@ -113,22 +113,24 @@ def kill_tree(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-@pytest.mark.parametrize("mode", ["single", "ddp", "zero2"])
+@pytest.mark.parametrize("mode", ["single", "ddp", "zero2", "ddp-exact"])
 def test_resume_after_sigkill_is_bit_identical(tmp_path, shards, mode):
+    """`ddp-exact`: exact-pass epochs (32 samples / (4 x 2 ranks) = 4 steps an epoch), resumed mid-epoch."""
     if mode == "single":
         train, spe = [sys.executable, "trainer/train.py"], 16
     else:
-        flags = ["--multi_gpu"] if mode == "ddp" else ["--use_deepspeed", "--zero_stage", "2"]
+        flags = ["--multi_gpu"] if mode.startswith("ddp") else ["--use_deepspeed", "--zero_stage", "2"]
         train, spe = [ACCELERATE, "launch", *flags, *CPU2, "trainer/train.py"], 32
-    full = subprocess.run(train + [recipe(tmp_path, shards, "full", spe=spe, workers=2)], cwd=ROOT, env=env(),
-                          capture_output=True, text=True, timeout=300)
+    extra = ["data.sampling=exact", "data.samples_per_epoch=null"] if mode == "ddp-exact" else []
+    full = subprocess.run(train + [recipe(tmp_path, shards, "full", spe=spe, workers=2), *extra], cwd=ROOT,
+                          env=env(), capture_output=True, text=True, timeout=300)
     assert full.returncode == 0, full.stderr[-3000:]
 
     killed_recipe = recipe(tmp_path, shards, "killed", spe=spe, workers=2)
     log = open(tmp_path / "killed.log", "w")
     # 4 steps per epoch, checkpoints at steps 4 (epoch end) and 5 (epoch 1, batch 1: an odd batch,
     # so the 2 loader workers' streams are rotated on resume); killed after step 7
-    proc = subprocess.Popen(train + [killed_recipe], cwd=ROOT, env=dict(env(), **{PAUSE: "7"}),
+    proc = subprocess.Popen(train + [killed_recipe, *extra], cwd=ROOT, env=dict(env(), **{PAUSE: "7"}),
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 300
     while "paused at step 7" not in (tmp_path / "killed.log").read_text():
@@ -139,7 +141,7 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path, shards, mode):
     ckpts = tmp_path / "killed" / "mp" / "checkpoints"
     assert (ckpts / "latest").read_text().strip() == "step-0000005.pt"
 
-    resumed = subprocess.run(train + [killed_recipe], cwd=ROOT, env=env(), capture_output=True, text=True,
+    resumed = subprocess.run(train + [killed_recipe, *extra], cwd=ROOT, env=env(), capture_output=True, text=True,
                              timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stdout and "step 5" in resumed.stdout

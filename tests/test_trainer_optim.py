@@ -5,17 +5,31 @@ from trainer.optim import build_optimizer, lr_factor
 from trainer.recipe import OptimConfig, ScheduleConfig
 
 
-def test_no_weight_decay_on_gains_biases_logit_scale_and_embeddings(micro_model):
-    model = micro_model.model
-    opt = build_optimizer(model, OptimConfig(lr=1e-3, weight_decay=0.1))
+def _groups(model, **cfg):
+    opt = build_optimizer(model, OptimConfig(lr=1e-3, weight_decay=0.1, **cfg))
     names = {id(p): n for n, p in model.named_parameters()}
     no_decay = {names[id(p)] for g in opt.param_groups if g["weight_decay"] == 0 for p in g["params"]}
     decay = {names[id(p)] for g in opt.param_groups if g["weight_decay"] == 0.1 for p in g["params"]}
-    assert {"logit_scale", "positional_embedding", "token_embedding.weight", "ln_final.weight",
-            "visual.class_embedding", "visual.ln_post.bias"} <= no_decay
-    assert "visual.transformer.resblocks.0.attn.in_proj_weight" in decay and "text_projection" in decay
-    assert not any("bias" in n or ".ln_" in n for n in decay)
     assert len(no_decay) + len(decay) == sum(1 for _ in model.parameters())
+    return no_decay, decay
+
+
+def test_weight_decay_groups_follow_open_clip(micro_model):
+    """open_clip's rule (NegCLIP and BiVLC train with it): 1-dim tensors, norms, biases and the
+    logit scale are exempt; the token and positional embeddings are decayed."""
+    model = micro_model.model
+    no_decay, decay = _groups(model)
+    exclude = lambda n, p: p.ndim < 2 or "bn" in n or "ln" in n or "bias" in n or "logit_scale" in n  # noqa: E731
+    assert no_decay == {n for n, p in model.named_parameters() if exclude(n, p)}
+    assert {"logit_scale", "ln_final.weight", "visual.class_embedding", "visual.ln_post.bias"} <= no_decay
+    assert {"positional_embedding", "token_embedding.weight", "text_projection",
+            "visual.transformer.resblocks.0.attn.in_proj_weight"} <= decay
+
+
+def test_embeddings_can_be_exempt_as_an_option(micro_model):
+    no_decay, decay = _groups(micro_model.model, exclude_embeddings_from_decay=True)
+    assert {"positional_embedding", "token_embedding.weight"} <= no_decay
+    assert not any("embedding" in n for n in decay)
 
 
 def test_warmup_then_cosine_to_zero():

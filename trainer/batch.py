@@ -8,11 +8,16 @@ image). Anchors and partners are both positive pairs: text i matches image i for
 `partner_of[p]` is the anchor a partner image belongs to (the pair shares the batch and the rank);
 `negative_of[h]` is the anchor a hard negative was made from. `text_valid[j]` is False for padding
 columns (an anchor with fewer negatives than the recipe asks for), which the loss masks out.
+`image_ids[i]` (int64) names the source image of image i (two captions of one COCO image share it)
+and `text_ids[j]` (int64) the normalised text of text j; the loss never treats two columns with
+the same source image, or with the same text, as negatives of each other (`trainer.loss`). Both
+are optional: without them every image and text counts as distinct.
 Shapes are fixed per recipe (B, P, H), so every rank contributes the same shapes to the gather.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -27,6 +32,8 @@ class Batch:
     negative_of: Tensor  # [H] long, anchor index each hard negative was made from
     text_valid: Tensor  # [B + P + H] bool
     keys: list[str] = field(default_factory=list)  # anchor sample keys, for error messages
+    image_ids: Optional[Tensor] = None  # [B + P] int64 source-image ids (same-image mask)
+    text_ids: Optional[Tensor] = None  # [B + P + H] int64 text hashes (same-text mask)
 
     @property
     def num_partners(self) -> int:
@@ -61,13 +68,18 @@ class Batch:
         for name, ref in (("partner_of", self.partner_of), ("negative_of", self.negative_of)):
             if ref.numel() and (int(ref.min()) < 0 or int(ref.max()) >= b):
                 problems.append(f"{name} must index anchors 0..{b - 1}")
+        for name, ref, n in (("image_ids", self.image_ids, b + p), ("text_ids", self.text_ids, b + p + h)):
+            if ref is not None and tuple(ref.shape) != (n,):
+                problems.append(f"{name} must have {n} entries")
         if self.keys and len(self.keys) != b:
             problems.append(f"keys has {len(self.keys)} entries, expected B={b}")
         if problems:
             raise ValueError("batch layout: " + "; ".join(problems))
         return self
 
-    def to(self, device: torch.device | str) -> "Batch":
-        return Batch(self.images.to(device), self.texts.to(device), self.num_anchors,
-                     self.partner_of.to(device), self.negative_of.to(device),
-                     self.text_valid.to(device), self.keys)
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+        def move(t: Optional[Tensor]) -> Optional[Tensor]:
+            return None if t is None else t.to(device, non_blocking=non_blocking)
+        return Batch(move(self.images), move(self.texts), self.num_anchors, move(self.partner_of),
+                     move(self.negative_of), move(self.text_valid), self.keys, move(self.image_ids),
+                     move(self.text_ids))

@@ -10,11 +10,14 @@ A checkpoint `step-0000120` in `<run_dir>/checkpoints/` is:
 
 The state folder is written under a temporary name and renamed when every rank is done; then
 the weights and sidecar are written atomically and only then the pointers move, so a kill at any
-moment leaves `latest` naming a complete checkpoint. The last `keep_last` checkpoints are kept,
+moment leaves `latest` naming a complete checkpoint. An epoch's checkpoint is written before its
+evaluation; `record_metrics` then puts the metrics into its sidecar and moves `best`, and a
+resumed run reads them back from the sidecars (`recorded_metrics`). The last `keep_last` checkpoints are kept,
 plus the one `best` names.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -24,7 +27,8 @@ from typing import Any, Optional
 
 from accelerate.utils import gather_object
 
-from models.checkpoint import CheckpointMeta, latest_checkpoint, save_checkpoint
+from models.checkpoint import (CheckpointMeta, atomic_write, latest_checkpoint, read_meta, save_checkpoint,
+                               sidecar_path)
 
 NAME = re.compile(r"^step-(\d+)\.pt$")
 
@@ -91,6 +95,46 @@ def prune(ckpt_dir: Path, keep_last: int) -> None:
         path.unlink(missing_ok=True)
     for stale in ckpt_dir.glob(".*.state.tmp"):  # from a run killed mid-save
         shutil.rmtree(stale, ignore_errors=True)
+
+
+def existing_checkpoints(run_dir: Path) -> list[Path]:
+    folder = run_dir / "checkpoints"
+    return sorted(folder.glob("step-*.pt")) if folder.is_dir() else []
+
+
+def clear_run(run_dir: Path, accelerator) -> None:
+    """`checkpoint.overwrite`: remove an earlier run's checkpoints, eval log and TensorBoard events."""
+    if accelerator.is_main_process:
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
+        (run_dir / "eval.jsonl").unlink(missing_ok=True)
+    accelerator.wait_for_everyone()
+
+
+def record_metrics(ckpt_dir: Path, metrics: dict, best: bool) -> None:
+    """Main process: put `metrics` into the latest checkpoint's sidecar; with `best`, point `best` at it."""
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is None:
+        return
+    side = sidecar_path(latest)
+    data = json.loads(side.read_text())
+    data["metrics"] = dict(metrics)
+    atomic_write(side, lambda f: json.dump(data, f, indent=1), "w")
+    if best:
+        atomic_write(ckpt_dir / "best", lambda f: f.write(latest.name + "\n"), "w")
+
+
+def recorded_metrics(checkpoint: Path, best_metric: Optional[str]) -> tuple[dict, Optional[float]]:
+    """The metrics a checkpoint's sidecar holds, and the best value so far (from `best`'s sidecar)."""
+    meta = read_meta(checkpoint)
+    metrics = dict(meta.metrics) if meta else {}
+    best_value = None
+    best = checkpoint.parent / "best"
+    if best_metric and best.is_file():
+        best_meta = read_meta(checkpoint.parent / best.read_text().strip())
+        if best_meta:
+            best_value = best_meta.metrics.get(best_metric.removeprefix("eval/"))
+    return metrics, best_value
 
 
 def find_resume(resume: Optional[str], run_dir: Path) -> Optional[Path]:

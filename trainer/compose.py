@@ -16,11 +16,19 @@ texts `[captions | partner captions | negatives]`, with partners of the first P 
 most `partner_anchors`: in a mixed batch, `data.source_batch`, the anchors of the sources that
 carry partners, which the stream puts first). All randomness comes from the `rng` passed in (and
 a torch seed drawn from it for the image augmentation), so a sample's composition depends only on
-its position in the stream.
+its position in the stream. `negative_choice` (exact epochs with `data.visit_each_negative`) takes
+that one eligible negative instead of a random draw.
+
+Ids for the loss's same-source mask: an image's id is `stable_id(image_key(meta, key))`, where the
+key is `coco:<coco_id>` for COCO images, else `<source>:<image_id>` from the sample's `json`, else
+the sample key (a generated or mirrored partner is its own image: `<anchor image>/partner`); a
+text's id is `stable_id` of its lower-cased, whitespace-normalised text.
 """
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import random
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -37,6 +45,28 @@ class BadSample(ValueError):
     """A sample that cannot be used (corrupt image, broken schema, missing neighbour)."""
 
 
+def stable_id(text: str) -> int:
+    """A 63-bit id of a string, the same in every process and run."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little") >> 1
+
+
+def image_key(meta: dict, key: str) -> str:
+    """What identifies a sample's source image (see the module docstring)."""
+    if meta.get("coco_id") is not None:
+        return f"coco:{int(meta['coco_id'])}"
+    if meta.get("image_id") is not None:
+        return f"{meta.get('source', '')}:{meta['image_id']}"
+    return f"key:{key}"
+
+
+def text_key(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def negative_allowed(kind: str, subkind: str, kinds, subkinds) -> bool:
+    return kind in kinds and (subkinds is None or subkind in subkinds)
+
+
 @dataclass
 class Item:
     key: str
@@ -45,6 +75,8 @@ class Item:
     partner_image: Optional[torch.Tensor] = None
     partner_caption: Optional[str] = None
     negatives: list[str] = field(default_factory=list)
+    image_id: int = 0
+    partner_image_id: int = 0
 
 
 @dataclass
@@ -98,18 +130,27 @@ class Composer:
                 except KeyError:
                     continue
                 image = self._image(data, rng, f"{where} neighbour '{nb.key}'")
-                return image, index.read(nb.key, "txt").decode("utf-8")
+                try:
+                    meta = json.loads(index.read(nb.key, "json"))
+                except (KeyError, ValueError):
+                    meta = {}
+                return image, index.read(nb.key, "txt").decode("utf-8"), stable_id(image_key(meta, nb.key))
         raise BadSample(f"{where}: none of its {len(order)} neighbours is in {source_dir}/keys.tsv")
 
-    def _negatives(self, sample: ShardSample, rng: random.Random, with_partner: bool) -> list[str]:
+    def _negatives(self, sample: ShardSample, rng: random.Random, with_partner: bool,
+                   choice: Optional[int] = None) -> list[str]:
         generated = with_partner and sample.partner is not None and self.partner == "generated"
         skip = sample.partner.negative_index if generated else None
         pool = [n.text for i, n in enumerate(sample.negatives)
-                if i != skip and n.kind in self.kinds and (self.subkinds is None or n.subkind in self.subkinds)]
+                if i != skip and negative_allowed(n.kind, n.subkind, self.kinds, self.subkinds)]
+        if choice is not None:
+            if choice >= len(pool):
+                raise BadSample(f"sample '{sample.key}': has {len(pool)} eligible negatives, visit asks for #{choice}")
+            return [pool[choice]]
         return rng.sample(pool, min(self.negatives_per_image, len(pool)))
 
     def item(self, raw: dict, rng: random.Random, source_dir: Optional[str] = None,
-             with_partner: bool = True) -> Item:
+             with_partner: bool = True, negative_choice: Optional[int] = None) -> Item:
         """One composed sample; `with_partner=False` for anchors past the first P of a batch."""
         try:
             sample = ShardSample.from_wds(raw)
@@ -117,9 +158,11 @@ class Composer:
             raise BadSample(str(err)) from None
         where = f"sample '{sample.key}'" + (f" in {raw['__url__']}" if "__url__" in raw else "")
         item = Item(sample.key, self._image(sample.image, rng, where), sample.caption)
+        item.image_id = stable_id(image_key(sample.meta, sample.key))
+        item.partner_image_id = stable_id(image_key(sample.meta, sample.key) + "/partner")
         with_partner = with_partner and self.num_partners > 0
         if with_partner and self.partner == "neighbour":
-            item.partner_image, item.partner_caption = self._neighbour(sample, source_dir, rng)
+            item.partner_image, item.partner_caption, item.partner_image_id = self._neighbour(sample, source_dir, rng)
         elif with_partner:  # generated | mirrored: the sample's own partner members
             if sample.partner is None or sample.partner.kind != self.partner:
                 have = sample.partner.kind if sample.partner else "none"
@@ -127,7 +170,7 @@ class Composer:
             item.partner_image = self._image(sample.partner.image, rng, f"{where} partner")
             item.partner_caption = sample.partner.caption
         if self.negatives_per_image:
-            item.negatives = self._negatives(sample, rng, with_partner)
+            item.negatives = self._negatives(sample, rng, with_partner, negative_choice)
         return item
 
     # --- a batch --------------------------------------------------------------------------------
@@ -149,4 +192,6 @@ class Composer:
             negative_of=torch.arange(b).repeat_interleave(per),
             text_valid=torch.tensor([True] * (b + p) + valid, dtype=torch.bool),
             keys=[i.key for i in items],
+            image_ids=torch.tensor([i.image_id for i in items] + [i.partner_image_id for i in partners]),
+            text_ids=torch.tensor([stable_id(text_key(t)) for t in texts]),
         )

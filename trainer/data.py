@@ -30,10 +30,13 @@ each epoch's quota).
 """
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Optional
+
+import numpy as np
 
 import braceexpand
 import torch
@@ -41,9 +44,26 @@ import webdataset as wds
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from datagen.shards import KEY_INDEX, MANIFEST, read_manifest, shard_urls
-from trainer.compose import BadSample, Composer
+from trainer.compose import BadSample, Composer, image_key, stable_id
 
 MIN_SEEN_FOR_BAD_CHECK = 100
+HOLD_OUT_MODULUS = 1_000_000
+
+
+def held_out(groups, fraction: float) -> np.ndarray:
+    """The images held out of training for validation (`data.val_fraction`), chosen by image id
+    (`trainer.compose.image_key`), so every caption of a held-out image is held out and the choice
+    is the same for every seed and sampling mode."""
+    return (np.asarray(groups, dtype=np.int64) % HOLD_OUT_MODULUS) < round(fraction * HOLD_OUT_MODULUS)
+
+
+def raw_image_group(raw: dict) -> int:
+    """The image id of a raw sample, from its `json` member (as the sample index computes it)."""
+    try:
+        meta = json.loads(raw.get("json") or b"{}")
+    except ValueError:
+        meta = {}
+    return stable_id(image_key(meta if isinstance(meta, dict) else {}, raw.get("__key__", "")))
 
 
 class DataError(ValueError):
@@ -58,11 +78,27 @@ class Source:
     manifest: Optional[dict]
 
 
-def resolve_sources(entries: list[str]) -> list[Source]:
+# where docs/data_prep.md tells how to build a shard set, by a word of its folder name
+BUILD_HINTS = (
+    ("trohn", "docs/data_prep.md section 2 (`python -m datagen prepare trohn ...`)"),
+    ("leftright", "docs/data_prep.md section 3 (`python -m datagen prepare cocobank` + `python -m datagen stitch ...`)"),
+    ("coco", "docs/data_prep.md section 1 (`python -m datagen prepare coco ...`)"),
+    ("world", "docs/world.md (`python -m datagen.world build --out DIR`)"),
+)
+
+
+def build_hint(entry: str) -> str:
+    name = Path(entry).name.lower()
+    return next((hint for word, hint in BUILD_HINTS if word in name), "docs/data_prep.md")
+
+
+def resolve_sources(entries: list[str], key: str = "data.train_shards") -> list[Source]:
     sources = []
     for i, entry in enumerate(entries):
-        where = f"data.train_shards[{i}] '{entry}'"
+        where = f"{key}[{i}] '{entry}'"
         path = Path(entry)
+        if not path.exists() and not any(c in entry for c in "{*") and not entry.endswith(".tar"):
+            raise DataError(f"{where}: shard set not found; build it as {build_hint(entry)} says")
         if path.is_dir():
             if not (path / MANIFEST).is_file():
                 raise DataError(f"{where}: folder has no {MANIFEST}; is it a shard set?")
@@ -162,7 +198,8 @@ class ShardStream(IterableDataset):
 
     def __init__(self, sources: list[Source], weights: Optional[list[float]], composer: Composer,
                  seed: int, rank: int, world_size: int, batches_per_epoch: int, num_streams: int,
-                 shuffle_buffer: int, max_bad_fraction: float, source_batch: Optional[list[int]] = None):
+                 shuffle_buffer: int, max_bad_fraction: float, source_batch: Optional[list[int]] = None,
+                 hold_out: float = 0.0):
         self.sources, self.weights, self.composer = sources, weights or [1.0] * len(sources), composer
         self.source_batch = source_batch
         if source_batch is not None:
@@ -176,6 +213,7 @@ class ShardStream(IterableDataset):
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.batches_per_epoch, self.num_streams = batches_per_epoch, max(1, num_streams)
         self.shuffle_buffer, self.max_bad_fraction = shuffle_buffer, max_bad_fraction
+        self.hold_out = hold_out  # data.val_fraction: these images are skipped (they validate)
         self._dir_of = {u: s.directory for s in sources for u in s.urls}
         self._samples_of = {}
         for s in sources:
@@ -227,6 +265,8 @@ class ShardStream(IterableDataset):
                                           handler=on_shard_error)
         for raw in shuffled(raw_samples, self.shuffle_buffer, random.Random(self._tag("shuffle", stream) + tag)):
             seen += 1
+            if self.hold_out and held_out([raw_image_group(raw)], self.hold_out)[0]:
+                continue
             if seen > skip:
                 yield seen, raw, random.Random(self._tag("item", stream) + f"{tag}/{seen}")
 
@@ -273,14 +313,19 @@ class ShardStream(IterableDataset):
                 return
 
     def _check_bad(self, stream: int, state: dict, force: bool) -> None:
-        seen = state["consumed"] + state["shard_bad"]  # consumed counts bad samples too
-        if not seen or (seen < MIN_SEEN_FOR_BAD_CHECK and not force):
-            return
-        share = state["bad"] / seen
-        if share > self.max_bad_fraction:
-            raise DataError(f"data: rank {self.rank} stream {stream}: {state['bad']} of {seen} samples bad "
-                            f"({share:.1%}), above data.max_bad_fraction={self.max_bad_fraction}; "
-                            f"last: {state['last_error']}")
+        check_bad(self.rank, stream, state, self.max_bad_fraction, force)
+
+
+def check_bad(rank: int, stream: int, state: dict, max_bad_fraction: float, force: bool) -> None:
+    """Raise DataError when a stream's share of bad samples is above `data.max_bad_fraction`."""
+    seen = state["consumed"] + state.get("shard_bad", 0)  # consumed counts bad samples too
+    if not seen or (seen < MIN_SEEN_FOR_BAD_CHECK and not force):
+        return
+    share = state["bad"] / seen
+    if share > max_bad_fraction:
+        raise DataError(f"data: rank {rank} stream {stream}: {state['bad']} of {seen} samples bad "
+                        f"({share:.1%}), above data.max_bad_fraction={max_bad_fraction}; "
+                        f"last: {state['last_error']}")
 
 
 def make_loader(stream: ShardStream, workers: int, seed: int, epoch: int) -> DataLoader:

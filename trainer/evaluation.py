@@ -5,9 +5,15 @@ and calls `eval.api.evaluate(scorer, benchmarks, data_root, options) -> {"<bench
 float}`. `eval.api` is imported lazily, so the trainer runs without it when no benchmark is
 named; `check_available` fails early (before training) when benchmarks are named but it is
 missing. The caller decides where it runs (rank 0, or every rank with `eval.distributed`).
+
+Before training: `check_data` asks `eval.api.check_data` whether every benchmark's files are
+there (one message listing all that is missing, with the commands that fetch it), and
+`overlap_with_benchmarks` compares the COCO ids a shard set trained on (its manifest's
+`image_ids` file) with the COCO ids of the recipe's benchmarks (`eval.image_ids`).
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -24,6 +30,50 @@ def check_available(cfg: EvalConfig) -> None:
         from eval.api import evaluate  # noqa: F401
     except ImportError as err:
         raise ImportError(f"eval.benchmarks={cfg.benchmarks} but eval.api.evaluate cannot be imported ({err})") from None
+
+
+def check_data(cfg: EvalConfig) -> None:
+    """Raise DataError listing every missing benchmark file (no model is loaded)."""
+    if not cfg.benchmarks:
+        return
+    from trainer.data import DataError
+    try:
+        from eval.api import MissingData, check_data
+    except ImportError:
+        return  # an eval package without the check: benchmarks fail when they are scored
+    if not cfg.data_root:
+        raise DataError(f"eval.benchmarks={cfg.benchmarks} needs eval.data_root (the folder holding the "
+                        f"benchmarks, docs/benchmark_data.md)")
+    try:
+        check_data(list(cfg.benchmarks), cfg.data_root, dict(cfg.options))
+    except MissingData as err:
+        raise DataError(f"evaluation data: {err}") from None
+
+
+def training_coco_ids(sources) -> set[int]:
+    """The COCO image ids the training shard sets were built from (manifest key `image_ids`)."""
+    ids: set[int] = set()
+    for src in sources:
+        name = (src.manifest or {}).get("image_ids")
+        if src.directory and name:
+            text = (Path(src.directory) / name).read_text()
+            ids.update(int(line) for line in text.split() if line)
+    return ids
+
+
+def overlap_with_benchmarks(cfg: EvalConfig, sources) -> dict[str, int]:
+    """{benchmark: number of its COCO images the training data holds}, for the recipe's benchmarks."""
+    if not cfg.benchmarks or not cfg.data_root:
+        return {}
+    ids = training_coco_ids(sources)
+    if not ids:
+        return {}
+    try:
+        from eval.image_ids import benchmark_coco_ids
+    except ImportError:
+        return {}
+    found = benchmark_coco_ids(list(cfg.benchmarks), cfg.data_root)
+    return {name: len(ids & bench) for name, bench in found.items() if bench and ids & bench}
 
 
 def evaluate_model(model: nn.Module, preprocess: Callable, tokenizer: Callable, cfg: EvalConfig,

@@ -4,7 +4,8 @@
 optionally hard negatives (swap / replace / add), a partner per sample (`generated` or
 `mirrored`) and K neighbours with a `keys.tsv` index, through `datagen.shards.ShardSetWriter`,
 so the manifest's `features` say what the set carries. `corrupt` samples get undecodable image
-bytes (the trainer must skip and count them). `train_in_process(argv)` runs `trainer/train.py`'s
+bytes (the trainer must skip and count them). `captions_per_image` > 1 gives runs of consecutive
+samples the same `image_id` (as COCO's 5 captions per image in Karpathy order). `train_in_process(argv)` runs `trainer/train.py`'s
 `main` in this process and resets accelerate's singletons afterwards, so tests can run it again.
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ def scene_jpeg(left: str, right: str, size: int = 32) -> bytes:
 
 def write_fixture_shards(directory: str | Path, n: int = 64, per_shard: int = 16, negatives: bool = True,
                          partner: Optional[str] = None, neighbours: int = 0, corrupt: int = 0,
-                         seed: int = 0, prefix: str = "s") -> Path:
+                         seed: int = 0, prefix: str = "s", captions_per_image: int = 1) -> Path:
     directory = Path(directory)
     rng = random.Random(seed)
     names = list(COLOURS)
@@ -49,7 +50,7 @@ def write_fixture_shards(directory: str | Path, n: int = 64, per_shard: int = 16
                     Negative(f"a {other} square left of a {right} square", "replace", "att", "fixture"),
                     Negative(f"a {left} square left of a {right} square and a {other} one", "add", "obj", "fixture")]
             sample = ShardSample(key=f"{prefix}{i:05d}", caption=caption, image=scene_jpeg(left, right),
-                                 meta={"source": "fixture", "index": i},
+                                 meta={"source": "fixture", "index": i, "image_id": i // captions_per_image},
                                  negatives=negs[: rng.randint(1, 3)] if negatives else [])
             if corrupt and i % max(1, n // corrupt) == 0 and i // max(1, n // corrupt) < corrupt:
                 sample.image = b"\xff\xd8 this is not a jpeg"

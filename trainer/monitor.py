@@ -2,7 +2,10 @@
 
 TensorBoard tags: `train/loss`, `train/lr`, `train/logit_scale`, `train/samples_per_s` (global
 anchors per second), `train/memory_mb` (peak GPU memory, or peak RSS on CPU), `data/bad_samples`,
-and `eval/<benchmark>/<metric>` for every evaluation. Each evaluation also appends one JSON line
+the loss's in-batch numbers of the logged step (`train/loss_i2t`, `train/loss_t2i`,
+`train/masked_pairs`, `train/i2t_acc`, `train/t2i_acc`, `train/hard_negative_acc`,
+`train/partner_acc`), `val/<metric>` for the validation batches, and `eval/<benchmark>/<metric>`
+for every evaluation. Each evaluation also appends one JSON line
 `{"step", "epoch", "time", "metrics"}` to `<run_dir>/eval.jsonl`. Other ranks get a no-op monitor.
 """
 from __future__ import annotations
@@ -52,13 +55,18 @@ class Monitor:
             for tag, value in values.items():
                 self.writer.add_scalar(tag, value, step)
 
-    def evaluation(self, metrics: dict[str, float], step: int, epoch: int) -> None:
+    def evaluation(self, metrics: dict[str, float], step: int, epoch: int, overlap: Optional[dict] = None) -> None:
+        """Validation metrics (`val/...`) are logged under their own name, benchmarks under
+        `eval/<benchmark>/<metric>`; `overlap` (benchmark -> training images in it, allowed by
+        `eval.allow_overlap`) goes into the JSON line beside the numbers it affects."""
         if not self.enabled:
             return
-        self.scalars({f"eval/{name}": value for name, value in metrics.items()}, step)
+        self.scalars({name if name.startswith("val/") else f"eval/{name}": value for name, value in metrics.items()}, step)
         if self.writer is not None:
             self.writer.flush()
         line = {"step": step, "epoch": epoch, "time": time.time(), "metrics": metrics}
+        if overlap:
+            line["overlap"] = overlap
         with open(self.run_dir / "eval.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps(line) + "\n")
 

@@ -36,16 +36,22 @@ class ModelConfig(_Section):
 
 
 class DataConfig(_Section):
-    train_shards: list[str]  # brace patterns or paths; each entry is one source
+    train_shards: list[str]  # shard-set folders, brace patterns or paths; each entry is one source
     source_weights: Optional[list[float]] = None
     source_batch: Optional[list[Annotated[int, Field(ge=1)]]] = None  # exact anchors per batch per source
-    samples_per_epoch: int = Field(gt=0)
+    sampling: Literal["resampled", "exact"] = "resampled"  # exact: one pass per epoch in a global random order
+    samples_per_epoch: Optional[int] = Field(default=None, gt=0)  # resampled only: anchors per epoch
+    visit_each_negative: bool = False  # exact only: a sample is visited once per eligible negative
     batch_size: int = Field(gt=0)  # positives per process per step
     partner: Literal["none", "neighbour", "generated", "mirrored"] = "none"
     partners_per_batch: Optional[int] = Field(default=None, ge=0)  # null: one per positive
+    train_transform: Literal["train", "eval"] = "train"  # eval: resize + centre crop (BiVLC)
     workers: int = Field(default=2, ge=0)
-    shuffle_buffer: int = Field(default=1000, ge=0)
+    shuffle_buffer: int = Field(default=1000, ge=0)  # resampled only
     max_bad_fraction: float = Field(default=0.01, ge=0.0, le=1.0)
+    val_shards: Optional[list[str]] = None  # held-out shard sets scored every epoch
+    val_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)  # or: this share of images held out of training
+    val_batches: Optional[int] = Field(default=None, gt=0)  # at most this many validation batches
 
     @model_validator(mode="after")
     def _weights_match_sources(self) -> "DataConfig":
@@ -59,6 +65,19 @@ class DataConfig(_Section):
             if sum(self.source_batch) != self.batch_size:
                 raise ValueError(f"source_batch sums to {sum(self.source_batch)}, "
                                  f"batch_size is {self.batch_size}; they must be equal")
+        if self.sampling == "resampled":
+            if self.samples_per_epoch is None:
+                raise ValueError("sampling=resampled needs samples_per_epoch (anchors per epoch)")
+            if self.visit_each_negative:
+                raise ValueError("visit_each_negative needs sampling=exact")
+        else:
+            if self.samples_per_epoch is not None:
+                raise ValueError("sampling=exact makes an epoch one pass over the data; set samples_per_epoch to null")
+            if self.source_weights is not None:
+                raise ValueError("sampling=exact reads every sample once per epoch; source_weights does not apply "
+                                 "(use source_batch for a fixed mix)")
+        if self.val_shards and self.val_fraction:
+            raise ValueError("val_shards and val_fraction exclude each other; set one of them")
         return self
 
 
@@ -70,8 +89,9 @@ class NegativesConfig(_Section):
 
 class LossConfig(_Section):
     logit_scale_init: float = 2.6592  # log(1 / 0.07), as CLIP
-    logit_scale_max: float = 100.0
+    logit_scale_max: Optional[float] = Field(default=100.0, gt=0)  # null: never clamped (BiVLC)
     learn_logit_scale: bool = True
+    mask_same_image: bool = True  # false: the papers' plain loss (same-image pairs count as negatives)
     gather_with_grad: bool = True
     partners_as_positives: bool = True
 
@@ -83,6 +103,7 @@ class OptimConfig(_Section):
     eps: float = Field(default=1e-6, gt=0)
     grad_clip: Optional[float] = Field(default=None, gt=0)
     accum_steps: int = Field(default=1, ge=1)
+    exclude_embeddings_from_decay: bool = False  # open_clip / NegCLIP / BiVLC decay the embeddings
 
     @model_validator(mode="after")
     def _two_betas(self) -> "OptimConfig":
@@ -105,6 +126,7 @@ class EvalConfig(_Section):
     distributed: bool = False
     batch_size: int = Field(default=256, gt=0)
     options: dict[str, dict[str, Any]] = {}
+    allow_overlap: bool = False  # train even when training images are in an evaluation set (flagged)
 
 
 class LoggingConfig(_Section):
@@ -121,6 +143,7 @@ class CheckpointConfig(_Section):
     best_metric: Optional[str] = None
     best_mode: Literal["max", "min"] = "max"
     resume: Optional[str] = None  # "auto", a run folder, or null
+    overwrite: bool = False  # start over in a run folder that already holds checkpoints
 
 
 class Recipe(_Section):

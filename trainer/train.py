@@ -3,12 +3,22 @@
 Runs single-process, multi-process DDP (NCCL on GPU, gloo on CPU) and DeepSpeed ZeRO-1/2 from
 the same code; the launcher decides which. Order of work:
 
-1. recipe + overrides validated, shard sets checked against the recipe (partners, negatives),
-   eval API checked: any problem -> one line on stderr, exit code 2, before anything is built;
+1. pre-flight (`preflight`, also `--check` alone): recipe + overrides validated; training and
+   validation shard sets found and checked against the recipe (partners, negatives); the
+   evaluation data of every benchmark present; no training image in an evaluation set (unless
+   `eval.allow_overlap`); the run folder free of another run's checkpoints (unless resuming or
+   `checkpoint.overwrite`). Any problem -> one message on stderr, exit code 2, before any model
+   is built;
 2. model, optimiser, schedule, data streams; resume from the latest checkpoint if asked;
-3. steps: compose -> forward -> global InfoNCE -> backward (accumulation with feature caching,
-   see `Trainer.step`) -> clip -> AdamW -> schedule; logging, evals and checkpoints as the recipe says;
+3. steps: compose -> forward -> global masked InfoNCE -> backward (accumulation with feature
+   caching, see `Trainer.step`) -> clip -> AdamW -> schedule -> logit-scale clamp; logging, evals
+   and checkpoints as the recipe says. At the end of an epoch the checkpoint is written first,
+   then validation and the benchmarks run, then the `best` pointer moves;
 4. a non-finite loss or too much bad data stops the run: one line, exit code 3.
+
+`accelerate launch` itself always exits 1 when its script fails (its launcher does not pass the
+script's code on); the message on stderr is the trainer's. Run `python trainer/train.py RECIPE
+--check` first where the exit code matters (job scripts): it runs step 1 alone.
 """
 from __future__ import annotations
 
@@ -25,13 +35,13 @@ if str(ROOT) not in sys.path:
 import argparse  # noqa: E402
 import math  # noqa: E402
 import time  # noqa: E402
+from typing import Optional  # noqa: E402
 
 import torch  # noqa: E402
 
 from models import CheckpointMeta, load_model  # noqa: E402
-from trainer import checkpointing, evaluation  # noqa: E402
-from trainer.compose import Composer  # noqa: E402
-from trainer.data import DataError, ShardStream, check_features, make_loader, resolve_sources  # noqa: E402
+from trainer import checkpointing, evaluation, streams  # noqa: E402
+from trainer.data import DataError, check_features, make_loader, resolve_sources  # noqa: E402
 from trainer.loss import ContrastiveLoss, Layout  # noqa: E402
 from trainer.monitor import Monitor, memory_mb  # noqa: E402
 from trainer.optim import build_optimizer, build_scheduler  # noqa: E402
@@ -91,12 +101,13 @@ def one_dim_logit_scale(model: torch.nn.Module) -> None:
 
 
 class Trainer:
-    def __init__(self, recipe: Recipe, sources):
+    def __init__(self, recipe: Recipe, sources, val_sources=None, overlap: Optional[dict] = None):
         from accelerate.utils import set_seed
         self.recipe, self.sources = recipe, sources
+        self.overlap = overlap or {}  # benchmark -> training images in it (eval.allow_overlap)
         self.acc = make_accelerator(recipe)
         set_seed(recipe.seed)
-        self.run_dir = Path(recipe.logging.output_dir) / (recipe.logging.run_name or recipe.name)
+        self.run_dir = run_dir(recipe)
         self.ckpt_dir = self.run_dir / "checkpoints"
 
         m = recipe.model
@@ -117,33 +128,46 @@ class Trainer:
 
         world, d = self.acc.num_processes, recipe.data
         self.accum = recipe.optim.accum_steps
-        self.steps_per_epoch = d.samples_per_epoch // (d.batch_size * world * self.accum)
-        if self.steps_per_epoch == 0:
-            raise RecipeError(f"data.samples_per_epoch={d.samples_per_epoch} is less than one step "
-                              f"(batch_size {d.batch_size} x {world} processes x accum_steps {self.accum})")
+        rank, progress = self.acc.process_index, recipe.logging.progress and self.acc.is_main_process
+        with self.acc.main_process_first():  # rank 0 builds and caches the sample indexes
+            self.stream = streams.train_stream(recipe, sources, self.loaded, rank, world, progress)
+            self.val_stream = streams.val_stream(recipe, sources, val_sources, self.loaded, rank, world, progress)
+        if d.sampling == "exact":
+            self.steps_per_epoch = self.stream.available_batches // self.accum
+            if self.steps_per_epoch == 0:
+                raise RecipeError(f"data: one pass over the training data is {self.stream.available_batches} "
+                                  f"batch(es) of {d.batch_size} per process, less than one step "
+                                  f"(accum_steps {self.accum}, {world} processes)")
+        else:
+            self.steps_per_epoch = d.samples_per_epoch // (d.batch_size * world * self.accum)
+            if self.steps_per_epoch == 0:
+                raise RecipeError(f"data.samples_per_epoch={d.samples_per_epoch} is less than one step "
+                                  f"(batch_size {d.batch_size} x {world} processes x accum_steps {self.accum})")
+        self.stream.batches_per_epoch = self.steps_per_epoch * self.accum
         self.total_steps = self.steps_per_epoch * recipe.schedule.epochs
+        if recipe.schedule.warmup_steps > self.total_steps:
+            self.acc.print(f"warning: schedule.warmup_steps={recipe.schedule.warmup_steps} is longer than the "
+                           f"run ({self.total_steps} steps); the learning rate never reaches optim.lr")
         optimizer = build_optimizer(model, recipe.optim)
         self.scheduler = build_scheduler(optimizer, self.total_steps, recipe.schedule)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
-        self.loss_fn = ContrastiveLoss(recipe.loss.logit_scale_max, recipe.loss.gather_with_grad)
-
-        composer = Composer(self.loaded.preprocess_train, self.loaded.tokenizer, d.batch_size, d.partner,
-                            d.partners_per_batch, recipe.negatives.per_image, tuple(recipe.negatives.kinds),
-                            tuple(recipe.negatives.subkinds) if recipe.negatives.subkinds else None)
-        self.stream = ShardStream(sources, d.source_weights, composer, recipe.seed, self.acc.process_index,
-                                  world, self.steps_per_epoch * self.accum, d.workers, d.shuffle_buffer,
-                                  d.max_bad_fraction, d.source_batch)
+        self.loss_fn = ContrastiveLoss(recipe.loss.logit_scale_max, recipe.loss.gather_with_grad,
+                                       recipe.loss.mask_same_image, clamp_in_forward=using_deepspeed())
         self.state = checkpointing.TrainState()
         self.data_layout = {"world_size": world, "workers": d.workers}
         if d.source_batch:  # positions are then counted per source
             self.data_layout["source_batch"] = d.source_batch
+        if d.sampling == "exact":
+            self.data_layout["sampling"] = "exact"
         self.acc.register_for_checkpointing(self.scheduler, self.state)
         self.local_streams: dict = {}
+        if recipe.checkpoint.overwrite and recipe.checkpoint.resume is None:
+            checkpointing.clear_run(self.run_dir, self.acc)
         self.monitor = Monitor(self.run_dir, self.acc.is_main_process, recipe.logging.tensorboard,
                                recipe.logging.progress)
 
     # --- one optimiser step ---------------------------------------------------------------------
-    def step(self, batches) -> float:
+    def step(self, batches, details: bool = False):
         """Forward/backward over `accum_steps` micro-batches as ONE contrastive batch.
 
         accum_steps = 1: plain. accum_steps > 1: feature caching (open_clip's accum_freq): a
@@ -151,6 +175,7 @@ class Trainer:
         the loss of the *whole* accumulated batch is computed with the others' cached features;
         the gradients summed over micro-batches equal those of the big batch (the logit scale
         takes its gradient from the last micro-batch only, so it is counted once).
+        Returns the loss, and with `details` also the loss's in-batch numbers (`trainer.loss`).
         """
         layouts = [Layout.from_batch(b, self.recipe.loss.partners_as_positives) for b in batches]
         if self.accum == 1:
@@ -159,7 +184,7 @@ class Trainer:
             with torch.no_grad():
                 cached = [self.model(image=b.images, text=b.texts)[:2] for b in batches]
             layout = Layout.cat(layouts)
-        value = None
+        value, info = None, {}
         for m, batch in enumerate(batches):
             with self.acc.accumulate(self.model):
                 img, txt, scale = self.model(image=batch.images, text=batch.texts)
@@ -167,7 +192,10 @@ class Trainer:
                     img = torch.cat([img if k == m else c[0] for k, c in enumerate(cached)])
                     txt = torch.cat([txt if k == m else c[1] for k, c in enumerate(cached)])
                     scale = scale if m == len(batches) - 1 else scale.detach()
-                loss = self.loss_fn(img, txt, scale, layout)
+                if details and value is None:
+                    loss, info = self.loss_fn(img, txt, scale, layout, details=True)
+                else:
+                    loss = self.loss_fn(img, txt, scale, layout)
                 if value is None:
                     value = loss.item()
                     if not math.isfinite(value):
@@ -179,10 +207,11 @@ class Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
         if not self.acc.optimizer_step_was_skipped:
             self.scheduler.step()
-        if not using_deepspeed():  # CLIP clamps the parameter; the loss also clamps exp(s)
+        cap = self.recipe.loss.logit_scale_max
+        if cap is not None and not using_deepspeed():  # as open_clip / NegCLIP: clamp the parameter after the step
             with torch.no_grad():
-                self.acc.unwrap_model(self.model).logit_scale.clamp_(0, math.log(self.recipe.loss.logit_scale_max))
-        return value
+                self.acc.unwrap_model(self.model).logit_scale.clamp_(0, math.log(cap))
+        return (value, info) if details else value
 
     def _non_finite(self, value: float, batches) -> None:
         from accelerate.utils import gather_object
@@ -192,43 +221,76 @@ class Trainer:
                             f"batch sample keys: {shown}")
 
     # --- evaluation and checkpoints ---------------------------------------------------------------
-    def evaluate(self) -> dict[str, float]:
-        cfg = self.recipe.eval
-        if not cfg.benchmarks:
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Loss and in-batch accuracies on the validation batches (every rank takes part)."""
+        if self.val_stream is None:
             return {}
-        metrics: dict[str, float] = {}
-        if cfg.distributed or self.acc.is_main_process:
-            metrics = evaluation.evaluate_model(self.acc.unwrap_model(self.model), self.loaded.preprocess,
-                                                self.loaded.tokenizer, cfg, self.acc.device, self.recipe.name,
-                                                progress=self.recipe.logging.progress)
+        self.model.eval()
+        totals: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        for batch, _ in make_loader(self.val_stream, 0, self.recipe.seed, 0):
+            batch = batch.to(self.acc.device)
+            img, txt, scale = self.model(image=batch.images, text=batch.texts)
+            loss, info = self.loss_fn(img, txt, scale, Layout.from_batch(batch, self.recipe.loss.partners_as_positives),
+                                      details=True)
+            for name, value in {"loss": float(loss), **info}.items():
+                totals[name] = totals.get(name, 0.0) + value
+                counts[name] = counts.get(name, 0) + 1
+        self.model.train()
+        return {f"val/{name}": totals[name] / counts[name] for name in totals if name != "masked_pairs"}
+
+    def evaluate(self) -> dict[str, float]:
+        """Validation, then the recipe's benchmarks; the metrics go to the monitor and the state."""
+        cfg = self.recipe.eval
+        metrics = self.validate()
+        if cfg.benchmarks and (cfg.distributed or self.acc.is_main_process):
+            metrics.update(evaluation.evaluate_model(
+                self.acc.unwrap_model(self.model), self.loaded.preprocess, self.loaded.tokenizer, cfg,
+                self.acc.device, self.recipe.name, progress=self.recipe.logging.progress))
         self.acc.wait_for_everyone()
-        self.monitor.evaluation(metrics, self.state.step, self.state.epoch)
+        if metrics:
+            self.monitor.evaluation(metrics, self.state.step, self.state.epoch, self.overlap)
+            self.acc.print(f"epoch {self.state.epoch} step {self.state.step}: " +
+                           ", ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items())))
         self.state.metrics = metrics
         return metrics
 
     def checkpoint(self) -> None:
-        c, metrics = self.recipe.checkpoint, self.state.metrics
-        is_best = False
-        if c.best_metric and self.acc.is_main_process:
-            name = c.best_metric.removeprefix("eval/")
-            value = metrics.get(name)
-            if value is not None and (self.state.best is None or
-                                      (value > self.state.best if c.best_mode == "max" else value < self.state.best)):
-                self.state.best, is_best = value, True
+        """Write the checkpoint of the current step (with the metrics known so far)."""
         info = self.loaded.info
         meta = CheckpointMeta(arch=info.arch, activation=info.activation, lineage=info.lineage,
                               pretrained=self.recipe.model.pretrained, step=self.state.step,
-                              epoch=self.state.epoch, recipe=recipe_to_dict(self.recipe), metrics=dict(metrics))
+                              epoch=self.state.epoch, recipe=recipe_to_dict(self.recipe),
+                              metrics=dict(self.state.metrics), overlap=dict(self.overlap))
         checkpointing.save(self.acc, self.ckpt_dir, self.model, self.state, self.local_streams, meta,
-                           is_best, c.keep_last)
+                           False, self.recipe.checkpoint.keep_last)
+
+    def record_metrics(self) -> None:
+        """After an evaluation: the latest checkpoint's sidecar gets the metrics, and `best`
+        moves to it when `checkpoint.best_metric` improved."""
+        c, metrics = self.recipe.checkpoint, self.state.metrics
+        if self.acc.is_main_process and metrics:
+            name = c.best_metric.removeprefix("eval/") if c.best_metric else None
+            value = metrics.get(name) if name else None
+            better = value is not None and (self.state.best is None or
+                                            (value > self.state.best if c.best_mode == "max" else value < self.state.best))
+            if better:
+                self.state.best = value
+            checkpointing.record_metrics(self.ckpt_dir, metrics, best=better)
+        self.acc.wait_for_everyone()
 
     # --- the loop --------------------------------------------------------------------------------
     def fit(self) -> None:
         r = self.recipe
         resume = checkpointing.find_resume(r.checkpoint.resume, self.run_dir)
+        pending_eval = False
         if resume is not None:
             self.local_streams = checkpointing.restore(self.acc, resume, self.state)
             self.acc.print(f"resumed from {resume} (step {self.state.step}, epoch {self.state.epoch})")
+            self.state.metrics, self.state.best = checkpointing.recorded_metrics(resume, r.checkpoint.best_metric)
+            # killed between an epoch's checkpoint and its evaluation: evaluate it now
+            pending_eval = self.state.batch_in_epoch == 0 and self.state.step > 0 and not self.state.metrics
             if self.state.layout and self.state.layout != self.data_layout:
                 self.acc.print(f"warning: checkpoint data layout {self.state.layout} != {self.data_layout}; "
                                "the rest of this epoch is drawn from fresh streams (data order differs)")
@@ -236,6 +298,9 @@ class Trainer:
         self.state.layout = self.data_layout
         if self.acc.is_main_process:
             self.run_dir.mkdir(parents=True, exist_ok=True)
+        if pending_eval and (r.eval.every_epoch and (r.eval.benchmarks or self.val_stream is not None)):
+            self.evaluate()
+            self.record_metrics()
         global_batch = r.data.batch_size * self.acc.num_processes * self.accum
         pause_at = int(os.environ.get(PAUSE_ENV, "0"))
         batches_per_epoch = self.steps_per_epoch * self.accum
@@ -248,24 +313,27 @@ class Trainer:
                 micro = [next(batches) for _ in range(self.accum)]
                 for _, info in micro:
                     self.local_streams[info["stream"]] = {k: v for k, v in info.items() if k != "stream"}
-                loss = self.step([b.to(self.acc.device) for b, _ in micro])
+                log_now = (self.state.step + 1) % r.logging.every_n_steps == 0
+                loss, info = self.step([b.to(self.acc.device, non_blocking=True) for b, _ in micro], details=True) \
+                    if log_now else (self.step([b.to(self.acc.device, non_blocking=True) for b, _ in micro]), {})
                 self.state.batch_in_epoch += self.accum
                 self.state.step += 1
                 self.state.samples_seen += global_batch
                 tick_samples += global_batch
                 rate = tick_samples / max(time.perf_counter() - tick, 1e-9)
                 self.monitor.advance(loss, rate)
-                if self.state.step % r.logging.every_n_steps == 0:
+                if log_now:
                     model = self.acc.unwrap_model(self.model)
                     bad = sum(s.get("bad", 0) for s in self.local_streams.values())
                     self.monitor.scalars({
                         "train/loss": loss, "train/lr": self.scheduler.get_last_lr()[0],
-                        "train/logit_scale": float(model.logit_scale.detach().exp().clamp(max=r.loss.logit_scale_max)),
+                        "train/logit_scale": float(model.logit_scale.detach().exp().reshape(-1)[0]),
                         "train/samples_per_s": rate, "train/memory_mb": memory_mb(),
-                        "data/bad_samples": bad}, self.state.step)
+                        "data/bad_samples": bad, **{f"train/{k}": v for k, v in info.items()}}, self.state.step)
                     tick, tick_samples = time.perf_counter(), 0
                 if r.eval.every_n_steps and self.state.step % r.eval.every_n_steps == 0:
                     self.evaluate()
+                    self.record_metrics()
                 if r.checkpoint.every_n_steps and self.state.step % r.checkpoint.every_n_steps == 0 \
                         and self.state.batch_in_epoch < batches_per_epoch:
                     self.checkpoint()
@@ -275,9 +343,11 @@ class Trainer:
                         time.sleep(1)
             self.monitor.end_epoch()
             self.state.epoch, self.state.batch_in_epoch, self.local_streams = epoch + 1, 0, {}
+            self.state.metrics = {}
+            self.checkpoint()  # before evaluation: a crash in an evaluation loses no training
             if r.eval.every_epoch:
                 self.evaluate()
-            self.checkpoint()
+                self.record_metrics()
         self.monitor.close()
         self.check_replicas()
         self.acc.end_training()
@@ -304,23 +374,51 @@ def one_line(err: BaseException) -> str:
     return last
 
 
+def run_dir(recipe: Recipe) -> Path:
+    return Path(recipe.logging.output_dir) / (recipe.logging.run_name or recipe.name)
+
+
+def preflight(recipe: Recipe):
+    """Every check that needs no model (step 1 of the module docstring); raises on a problem.
+    Returns (training sources, validation sources or None, overlap {benchmark: images})."""
+    d = recipe.data
+    sources = resolve_sources(d.train_shards)
+    check_features(sources, d.partner, recipe.negatives.per_image, mixed=d.source_batch is not None)
+    val_sources = resolve_sources(d.val_shards, "data.val_shards") if d.val_shards else None
+    evaluation.check_available(recipe.eval)
+    evaluation.check_data(recipe.eval)
+    overlap = evaluation.overlap_with_benchmarks(recipe.eval, sources)
+    if overlap and not recipe.eval.allow_overlap:
+        listed = ", ".join(f"{name}: {n} image(s)" for name, n in sorted(overlap.items()))
+        raise DataError(f"training images are in evaluation sets ({listed}); rebuild the shard set with "
+                        f"benchmark images excluded (docs/data_prep.md) or set eval.allow_overlap=true "
+                        f"(the numbers are then flagged)")
+    c = recipe.checkpoint
+    if c.resume is None and not c.overwrite and checkpointing.existing_checkpoints(run_dir(recipe)):
+        raise RecipeError(f"{run_dir(recipe) / 'checkpoints'} already holds checkpoints of another run; "
+                          f"continue it with checkpoint.resume=auto, or start over with checkpoint.overwrite=true")
+    return sources, val_sources, overlap
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("recipe")
     parser.add_argument("overrides", nargs="*", help="key.sub=value (value parsed as YAML)")
+    parser.add_argument("--check", action="store_true",
+                        help="run the pre-flight checks only (data, evaluation data, overlap, run folder)")
     args = parser.parse_args(argv)
     try:
         recipe = load_recipe(args.recipe, args.overrides)
-        sources = resolve_sources(recipe.data.train_shards)
-        check_features(sources, recipe.data.partner, recipe.negatives.per_image,
-                       mixed=recipe.data.source_batch is not None)
-        evaluation.check_available(recipe.eval)
+        sources, val_sources, overlap = preflight(recipe)
     except (RecipeError, DataError, ImportError, FileNotFoundError) as err:
-        print(f"error: {one_line(err)}", file=sys.stderr)
+        print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.check:
+        print(f"{args.recipe}: pre-flight checks passed", file=sys.stderr)
+        return 0
     try:
-        trainer = Trainer(recipe, sources)
-    except RecipeError as err:
+        trainer = Trainer(recipe, sources, val_sources, overlap)
+    except (RecipeError, DataError) as err:
         print(f"error: {one_line(err)}", file=sys.stderr)
         return 2
     try:

@@ -1,0 +1,154 @@
+"""The trainer feeds the loss what the papers did: exact-pass epochs with a validation hold-out
+that selects the best checkpoint, in-batch numbers in TensorBoard, a temperature that moves from
+OpenAI's stored value, and every pre-flight refusal (evaluation data, overlap with evaluation
+images, another run's checkpoints) before any model is built."""
+import json
+import sys
+import types
+
+import pytest
+import torch
+
+from trainer.fixtures import train_in_process as run, write_fixture_shards
+
+RECIPE = """
+name: fid
+seed: 1
+model: {{arch: micro-vit-32}}
+data: {{train_shards: ["{shards}"], sampling: exact, batch_size: 8, workers: 0, val_fraction: 0.25,
+        partner: generated}}
+negatives: {{per_image: 1}}
+optim: {{lr: 1.0e-3}}
+schedule: {{epochs: 2, warmup_steps: 1}}
+logging: {{output_dir: "{out}", every_n_steps: 1, progress: false}}
+checkpoint: {{keep_last: 1, best_metric: val/hard_negative_acc}}
+"""
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    return write_fixture_shards(tmp_path_factory.mktemp("fid") / "set", n=80, partner="generated",
+                                captions_per_image=2)
+
+
+@pytest.fixture
+def recipe(tmp_path, shards):
+    path = tmp_path / "fid.yaml"
+    path.write_text(RECIPE.format(shards=shards, out=tmp_path / "runs"))
+    return path
+
+
+def test_exact_epochs_validate_and_select_the_best_on_validation(recipe, tmp_path, shards):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from trainer.data import held_out
+    from trainer.sample_index import SampleIndex
+    assert run([recipe]) == 0
+    run_dir = tmp_path / "runs" / "fid"
+    lines = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
+    assert [line["epoch"] for line in lines] == [1, 2]
+    for name in ("val/loss", "val/i2t_acc", "val/t2i_acc", "val/hard_negative_acc", "val/partner_acc"):
+        assert 0.0 <= lines[0]["metrics"][name] <= (100 if name == "val/loss" else 1.0), name
+    ckpts = run_dir / "checkpoints"
+    best = json.loads((ckpts / (ckpts / "best").read_text().strip()).with_suffix(".json").read_text())
+    assert best["metrics"]["val/hard_negative_acc"] == max(l["metrics"]["val/hard_negative_acc"] for l in lines)
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/loss_i2t", "train/loss_t2i", "train/masked_pairs", "train/i2t_acc", "train/t2i_acc",
+            "train/hard_negative_acc", "train/partner_acc", "val/loss", "val/hard_negative_acc"} <= tags
+    # 80 samples, 40 images of 2 captions; some images validate, the rest is one exact pass per epoch
+    held = int(held_out(SampleIndex.load(shards).group, 0.25).sum())
+    assert 0 < held < 80 and held % 2 == 0
+    steps = [e.step for e in events.Scalars("train/loss")]
+    assert steps == list(range(1, 2 * ((80 - held) // 8) + 1))
+    # two captions of one image can share a batch: the mask counted them at some step
+    assert any(e.value > 0 for e in events.Scalars("train/masked_pairs"))
+
+
+def test_the_temperature_moves_from_openais_stored_value(recipe, tmp_path):
+    """OpenAI's weights store s = 4.6055 (exp 100.04): with the clamp only on the parameter after
+    each step, the gradient reaches s, and on a random model it asks for a lower scale."""
+    assert run([recipe, "loss.logit_scale_init=4.6055", "optim.lr=1.0e-2", "schedule.epochs=1",
+                "data.val_fraction=0", "checkpoint.best_metric=null"]) == 0
+    ckpt = tmp_path / "runs" / "fid" / "checkpoints"
+    state = torch.load(ckpt / (ckpt / "latest").read_text().strip())["state_dict"]
+    assert float(state["logit_scale"]) < 4.6051702 - 1e-3
+
+
+def test_a_run_folder_with_checkpoints_is_not_overwritten_silently(recipe, tmp_path, capsys):
+    assert run([recipe, "schedule.epochs=1"]) == 0
+    before = sorted(p.name for p in (tmp_path / "runs" / "fid" / "checkpoints").iterdir())
+    capsys.readouterr()
+    assert run([recipe, "schedule.epochs=1"]) == 2
+    err = capsys.readouterr().err
+    assert "already holds checkpoints" in err and "checkpoint.resume=auto" in err and "checkpoint.overwrite=true" in err
+    assert sorted(p.name for p in (tmp_path / "runs" / "fid" / "checkpoints").iterdir()) == before
+    assert run([recipe, "schedule.epochs=1", "checkpoint.overwrite=true"]) == 0
+    assert len((tmp_path / "runs" / "fid" / "eval.jsonl").read_text().splitlines()) == 1
+
+
+def test_the_checkpoint_is_written_before_the_evaluation(recipe, tmp_path, monkeypatch, capsys):
+    module = types.ModuleType("eval.api")
+
+    def evaluate(*args, **kwargs):
+        raise RuntimeError("benchmark crashed")
+
+    module.evaluate = evaluate
+    monkeypatch.setitem(sys.modules, "eval.api", module)
+    with pytest.raises(RuntimeError, match="benchmark crashed"):
+        run([recipe, "schedule.epochs=1", "eval.benchmarks=[fake]", "eval.data_root=/nowhere"])
+    ckpts = tmp_path / "runs" / "fid" / "checkpoints"
+    assert (ckpts / "latest").is_file()
+    meta = json.loads((ckpts / (ckpts / "latest").read_text().strip()).with_suffix(".json").read_text())
+    assert meta["epoch"] == 1 and meta["metrics"] == {}
+
+
+def test_missing_evaluation_data_is_listed_before_any_model_loads(recipe, tmp_path, monkeypatch, capsys):
+    module = types.ModuleType("eval.api")
+
+    class MissingData(ValueError):
+        pass
+
+    def check_data(benchmarks, data_root, options=None):
+        raise MissingData(f"missing: {', '.join(benchmarks)} under {data_root}; fetch with python -m eval download")
+
+    module.MissingData, module.check_data = MissingData, check_data
+    module.evaluate = lambda *a, **k: pytest.fail("no evaluation may run")
+    monkeypatch.setitem(sys.modules, "eval.api", module)
+    import models
+    monkeypatch.setattr("trainer.train.load_model", lambda *a, **k: pytest.fail("no model may load"))
+    assert models is not None
+    assert run([recipe, "eval.benchmarks=[visla, aro]", "eval.data_root=/empty"]) == 2
+    err = capsys.readouterr().err
+    assert "missing: visla, aro under /empty" in err and "python -m eval download" in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_training_images_in_an_evaluation_set_refuse_to_start(tmp_path, monkeypatch, capsys):
+    shards = write_fixture_shards(tmp_path / "coco", n=16, partner="generated")
+    manifest = json.loads((shards / "manifest.json").read_text())
+    manifest["image_ids"] = "image_ids.txt"
+    (shards / "manifest.json").write_text(json.dumps(manifest))
+    (shards / "image_ids.txt").write_text("\n".join(str(i) for i in range(100, 116)) + "\n")
+    fake = types.ModuleType("eval.image_ids")
+    fake.benchmark_coco_ids = lambda benchmarks, root: {"retrieval": {1, 2, 105, 107, 115}, "visla": {3}}
+    monkeypatch.setitem(sys.modules, "eval.image_ids", fake)
+    api = types.ModuleType("eval.api")
+    api.evaluate = lambda *a, **k: {"retrieval/coco/i2t_r1": 0.5}
+    monkeypatch.setitem(sys.modules, "eval.api", api)
+    path = tmp_path / "r.yaml"
+    path.write_text(RECIPE.format(shards=shards, out=tmp_path / "runs"))
+    args = [path, "eval.benchmarks=[retrieval, visla]", "eval.data_root=/b", "data.val_fraction=0",
+            "schedule.epochs=1", "checkpoint.best_metric=null"]
+    assert run(args) == 2
+    err = capsys.readouterr().err
+    assert "retrieval: 3 image(s)" in err and "visla" not in err.split("(")[1] and "eval.allow_overlap" in err
+    assert run(args + ["eval.allow_overlap=true"]) == 0
+    line = json.loads((tmp_path / "runs" / "fid" / "eval.jsonl").read_text().splitlines()[0])
+    assert line["overlap"] == {"retrieval": 3}
+
+
+def test_a_missing_shard_set_names_the_command_that_builds_it(recipe, capsys):
+    assert run([recipe, "data.train_shards=[data/shards/coco_karpathy]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "shard set not found" in err and "prepare coco" in err
