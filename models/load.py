@@ -21,6 +21,7 @@ from torch import nn
 
 import models.registry  # noqa: F401  (registers the tiny architectures)
 from models.checkpoint import read_meta
+from models.text_length import enable_text_trimming
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class LoadedModel:
     preprocess_train: Callable
     tokenizer: Callable  # list[str] -> LongTensor [N, context_length]
     info: ModelInfo
+    text_length: str = "full context"  # "per batch" when `models.text_length` trims the context
 
 
 def built_activation(model: nn.Module) -> str:
@@ -92,8 +94,11 @@ def load_model(
     device: str | torch.device = "cpu",
     precision: str = "fp32",
     cache_dir: Optional[str] = None,
+    trim_text: bool = True,
 ) -> LoadedModel:
-    """Build a model; `arch` may be omitted for a compclip checkpoint (its sidecar names it)."""
+    """Build a model; `arch` may be omitted for a compclip checkpoint (its sidecar names it).
+    `trim_text`: encode texts at the batch's longest caption where that is exact
+    (`models.text_length`); `LoadedModel.text_length` says what was done and why."""
     if arch is None:
         meta = read_meta(pretrained) if pretrained and os.path.isfile(pretrained) else None
         if meta is None:
@@ -128,5 +133,9 @@ def load_model(
             f"{arch} was built with {built} but weights '{pretrained}' need {weights_act}")
     info = ModelInfo(arch=arch, pretrained=pretrained, activation=built, lineage=origin,
                      weights_activation=weights_act)
+    length = "full context (trim_text=False)"
+    if trim_text:
+        reason = enable_text_trimming(model)
+        length = "per batch" if reason is None else f"full context ({reason})"
     return LoadedModel(model=model, preprocess=preprocess, preprocess_train=preprocess_train,
-                       tokenizer=open_clip.get_tokenizer(arch), info=info)
+                       tokenizer=open_clip.get_tokenizer(arch), info=info, text_length=length)

@@ -177,3 +177,29 @@ def test_end_to_end_with_the_real_eval_api(recipe, tmp_path):
     line = json.loads((run_dir / "eval.jsonl").read_text().splitlines()[0])
     assert 0.0 <= line["metrics"]["sugarcrepe/macro"] <= 1.0
     assert (run_dir / "checkpoints" / "best").is_file()
+
+
+@pytest.mark.slow
+def test_compiled_model_trains_a_step_like_the_eager_one(tmp_path, shards):
+    """model.compile: one optimiser step on the same batch gives the eager loss and parameters."""
+    from trainer.data import resolve_sources
+    from trainer.recipe import load_recipe
+    path = tmp_path / "r.yaml"
+    path.write_text(RECIPE.format(shards=shards, out=tmp_path / "runs"))
+    results = []
+    for compiled in (False, True):
+        rec = load_recipe(path, [f"model.compile={str(compiled).lower()}", "schedule.warmup_steps=0"])
+        try:
+            tr = train.Trainer(rec, resolve_sources(rec.data.train_shards))
+            comp = tr.stream.composer
+            batch = comp.collate([comp.item(raw, __import__("random").Random(i)) for i, raw in enumerate(_raws(shards, 8))])
+            loss = tr.step([batch])
+            results.append((loss, {n: p.detach().clone() for n, p in tr.model.named_parameters()}))
+        finally:
+            from accelerate.state import AcceleratorState, GradientState
+            AcceleratorState._reset_state(reset_partial_state=True)
+            GradientState._reset_state()
+    (eager, w_eager), (compiled, w_compiled) = results
+    assert compiled == pytest.approx(eager, rel=1e-4)
+    for name, value in w_eager.items():
+        torch.testing.assert_close(w_compiled[name], value, atol=1e-5, rtol=1e-4, msg=name)

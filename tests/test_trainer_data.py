@@ -222,3 +222,48 @@ def test_mixed_features_are_asked_only_of_sources_that_carry_them(shards, mix):
         check_features(resolve_sources([str(shards["plain"]), str(mix[1])]), "mirrored", 1, mixed=True)
     with pytest.raises(DataError, match=r"data.partner=neighbour but no .* has features.neighbours"):
         check_features(sources, "neighbour", 0, mixed=True)
+
+
+def test_uint8_from_workers_normalised_on_the_device_equals_the_float_transform(micro_model, shards):
+    """split_normalize + DeviceNormalize: the model sees exactly open_clip's transform's floats."""
+    from datagen.shards import iter_raw_samples, shard_urls
+    from trainer.transforms import split_normalize
+    samples = list(iter_raw_samples(shard_urls(shards["plain"])[0]))[:4]
+    for transform in (micro_model.preprocess, micro_model.preprocess_train):
+        cpu_part, normalize = split_normalize(transform)
+        assert normalize is not None
+        floats = Composer(transform, micro_model.tokenizer, 4)
+        uint8s = Composer(cpu_part, micro_model.tokenizer, 4)
+        for sample in samples:
+            a = floats.item(sample, random.Random(1)).image
+            b = uint8s.item(sample, random.Random(1)).image
+            assert b.dtype == torch.uint8
+            assert torch.equal(normalize(b.unsqueeze(0))[0], a)
+
+
+def test_persistent_workers_step_through_epochs_like_fresh_loaders(micro_model, shards):
+    s = stream(micro_model, shards["plain"], batches=3, workers=2)
+    fresh = []
+    for epoch in (0, 1):
+        s.set_position(epoch, 0, {})
+        fresh.append([b.keys for b, _ in make_loader(s, 2, 0, epoch)])
+    assert fresh[0] != fresh[1]
+    s.set_position(0, 0, {})
+    loader = make_loader(s, 2, 0, persistent=True)
+    persistent = [[b.keys for b, _ in loader] for _ in range(2)]
+    assert persistent == fresh
+
+
+def test_large_jpegs_are_decoded_at_a_reduced_size(micro_model):
+    import io
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.new("RGB", (640, 480), (200, 40, 40)).save(buf, format="JPEG")
+    seen = []
+    comp = Composer(lambda image: seen.append(image.size) or torch.zeros(3, 2, 2), micro_model.tokenizer, 4,
+                    draft_size=224)
+    comp._image(buf.getvalue(), random.Random(0), "x")
+    assert seen == [(320, 240)]  # 1/2 scale: the largest reduction keeping both sides >= 224
+    comp.draft_size = None
+    comp._image(buf.getvalue(), random.Random(0), "x")
+    assert seen[-1] == (640, 480)

@@ -25,7 +25,7 @@ from torch import Tensor
 
 @dataclass
 class Batch:
-    images: Tensor  # [B + P, C, H, W]
+    images: Tensor  # [B + P, C, H, W]: float, or uint8 before `trainer.transforms.DeviceNormalize`
     texts: Tensor  # [B + P + H, context_length] token ids
     num_anchors: int  # B
     partner_of: Tensor  # [P] long, anchor index of each partner image
@@ -76,6 +76,13 @@ class Batch:
         if problems:
             raise ValueError("batch layout: " + "; ".join(problems))
         return self
+
+    def pin_memory(self) -> "Batch":
+        """Page-locked copies (DataLoader `pin_memory`), so `to(cuda, non_blocking=True)` overlaps."""
+        def pin(t: Optional[Tensor]) -> Optional[Tensor]:
+            return None if t is None else t.pin_memory()
+        return Batch(pin(self.images), pin(self.texts), self.num_anchors, pin(self.partner_of),
+                     pin(self.negative_of), pin(self.text_valid), self.keys, pin(self.image_ids), pin(self.text_ids))
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
         def move(t: Optional[Tensor]) -> Optional[Tensor]:

@@ -11,6 +11,10 @@
   (`negative_index`) is left out since its caption is already a column. Anchors with too few
   negatives get padding columns (`text_valid=False`).
 
+Images: with `draft_size`, a JPEG much larger than the model's input is decoded at a reduced size
+(PIL `draft`, scales 1/2 to 1/8, never below `draft_size` on either side) before the transform;
+the transform may return uint8 tensors (normalised later on the device, `trainer.transforms`).
+
 `Composer.collate(items)` lays out B items as the contract says: images `[anchors | partners]`,
 texts `[captions | partner captions | negatives]`, with partners of the first P anchors (P is at
 most `partner_anchors`: in a mixed batch, `data.source_batch`, the anchors of the sources that
@@ -90,6 +94,7 @@ class Composer:
     kinds: tuple[str, ...] = ("swap", "replace", "add")
     subkinds: Optional[tuple[str, ...]] = None
     partner_anchors: Optional[int] = None  # the first anchors, which can have a partner; None: all B
+    draft_size: Optional[int] = None  # decode JPEGs at a reduced size >= this (PIL draft); None: full size
     _indexes: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -103,6 +108,8 @@ class Composer:
     def _image(self, data: bytes, rng: random.Random, what: str) -> torch.Tensor:
         try:
             image = Image.open(io.BytesIO(data))
+            if self.draft_size and image.format == "JPEG":  # DCT-domain downscale: less to decode
+                image.draft("RGB", (self.draft_size, self.draft_size))
             image.load()
         except Exception as err:  # PIL raises many types for corrupt data
             raise BadSample(f"{what}: cannot decode image ({type(err).__name__}: {err})") from None

@@ -223,13 +223,13 @@ class ShardStream(IterableDataset):
 
     def set_position(self, epoch: int, batch_in_epoch: int, streams: dict) -> None:
         """Where the next iteration starts: epoch, batches done in it, and each stream's counters."""
-        self.epoch, self.start_batch = epoch, batch_in_epoch
-        self.streams = {int(k): dict(v) for k, v in streams.items()}
+        set_position(self, epoch, batch_in_epoch, streams)
 
     def _tag(self, what: str, stream: int) -> str:
         return f"{what}/{self.seed}/{self.epoch}/{self.rank}/{stream}"
 
     def __iter__(self) -> Iterator[tuple[Any, dict]]:
+        next_iteration(self)
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         if workers != self.num_streams:
@@ -328,7 +328,26 @@ def check_bad(rank: int, stream: int, state: dict, max_bad_fraction: float, forc
                         f"last: {state['last_error']}")
 
 
-def make_loader(stream: ShardStream, workers: int, seed: int, epoch: int) -> DataLoader:
-    """A DataLoader over the streams; its own generator keeps the global torch RNG untouched."""
-    return DataLoader(stream, batch_size=None, num_workers=workers,
+def set_position(stream, epoch: int, batch_in_epoch: int, streams: dict) -> None:
+    """Where a stream's next iteration starts (both stream classes)."""
+    stream.epoch, stream.start_batch, stream.iterations = epoch, batch_in_epoch, 0
+    stream.streams = {int(k): dict(v) for k, v in streams.items()}
+
+
+def next_iteration(stream) -> None:
+    """Called at the start of every iteration. The first one after `set_position` starts there;
+    each later one is the next epoch from its start. Persistent loader workers keep the copy of
+    the stream they got at their first iteration and never see `set_position` again, so this is
+    how they move from epoch to epoch in step with the main process."""
+    if stream.iterations:
+        stream.epoch, stream.start_batch, stream.streams = stream.epoch + 1, 0, {}
+    stream.iterations += 1
+
+
+def make_loader(stream, workers: int, seed: int, epoch: int = 0, persistent: bool = False) -> DataLoader:
+    """A DataLoader over the streams; its own generator keeps the global torch RNG untouched.
+    `persistent`: workers live across epochs (iterate the same loader once per epoch). Batches are
+    pinned when a GPU is there, so the host-to-device copy can overlap compute."""
+    return DataLoader(stream, batch_size=None, num_workers=workers, pin_memory=torch.cuda.is_available(),
+                      persistent_workers=persistent and workers > 0,
                       generator=torch.Generator().manual_seed(seed * 1000 + epoch))

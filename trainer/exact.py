@@ -30,7 +30,7 @@ import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from trainer.compose import BadSample, Composer
-from trainer.data import DataError, Source, carries_partner, check_bad
+from trainer.data import DataError, Source, carries_partner, check_bad, next_iteration, set_position
 from trainer.sample_index import SampleIndex
 
 
@@ -101,8 +101,7 @@ class ExactStream(IterableDataset):
         self.set_position(0, 0, {})
 
     def set_position(self, epoch: int, batch_in_epoch: int, streams: dict) -> None:
-        self.epoch, self.start_batch = epoch, batch_in_epoch
-        self.streams = {int(k): dict(v) for k, v in streams.items()}
+        set_position(self, epoch, batch_in_epoch, streams)
 
     # --- which entry goes where -----------------------------------------------------------------
     def _permutation(self, pool: Pool, cycle: int) -> np.ndarray:
@@ -128,6 +127,7 @@ class ExactStream(IterableDataset):
 
     # --- iteration ------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[tuple[Any, dict]]:
+        next_iteration(self)
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         if workers != self.num_streams:

@@ -33,6 +33,7 @@ class ModelConfig(_Section):
     freeze_image: bool = False
     freeze_text: bool = False
     grad_checkpointing: bool = False
+    compile: bool = False  # torch.compile the model's forward (nn.Module.compile: state dicts unchanged)
 
 
 class DataConfig(_Section):
@@ -46,6 +47,7 @@ class DataConfig(_Section):
     partner: Literal["none", "neighbour", "generated", "mirrored"] = "none"
     partners_per_batch: Optional[int] = Field(default=None, ge=0)  # null: one per positive
     train_transform: Literal["train", "eval"] = "train"  # eval: resize + centre crop (BiVLC)
+    jpeg_draft: bool = True  # decode large JPEGs at reduced size (>= the model's input size)
     workers: int = Field(default=2, ge=0)
     shuffle_buffer: int = Field(default=1000, ge=0)  # resampled only
     max_bad_fraction: float = Field(default=0.01, ge=0.0, le=1.0)

@@ -20,6 +20,7 @@ from trainer.data import DataError, ShardStream, Source, carries_partner, held_o
 from trainer.exact import ExactStream
 from trainer.recipe import Recipe
 from trainer.sample_index import SampleIndex
+from trainer.transforms import split_normalize
 
 
 def load_indexes(sources: list[Source], key: str, progress: bool) -> list[SampleIndex]:
@@ -31,10 +32,19 @@ def load_indexes(sources: list[Source], key: str, progress: bool) -> list[Sample
 
 
 def make_composer(recipe: Recipe, loaded, train: bool) -> Composer:
+    """The composer of training (or validation) batches; images leave it as uint8 tensors where
+    the transform allows (`trainer.transforms`: the trainer normalises them on the device)."""
     d, n = recipe.data, recipe.negatives
     transform = loaded.preprocess_train if train and d.train_transform == "train" else loaded.preprocess
+    transform, _ = split_normalize(transform)
     return Composer(transform, loaded.tokenizer, d.batch_size, d.partner, d.partners_per_batch, n.per_image,
-                    tuple(n.kinds), tuple(n.subkinds) if n.subkinds else None)
+                    tuple(n.kinds), tuple(n.subkinds) if n.subkinds else None,
+                    draft_size=image_size(loaded.model) if d.jpeg_draft else None)
+
+
+def image_size(model) -> Optional[int]:
+    size = getattr(getattr(model, "visual", None), "image_size", None)
+    return max(size) if isinstance(size, (tuple, list)) else size
 
 
 def train_stream(recipe: Recipe, sources: list[Source], loaded, rank: int, world: int, progress: bool):

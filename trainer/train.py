@@ -46,6 +46,7 @@ from trainer.loss import ContrastiveLoss, Layout  # noqa: E402
 from trainer.monitor import Monitor, memory_mb  # noqa: E402
 from trainer.optim import build_optimizer, build_scheduler  # noqa: E402
 from trainer.recipe import Recipe, RecipeError, load_recipe, recipe_to_dict  # noqa: E402
+from trainer.transforms import split_normalize  # noqa: E402
 
 PAUSE_ENV = "COMPCLIP_TEST_PAUSE_AT_STEP"  # tests only: sleep forever after this step (SIGKILL test)
 
@@ -125,6 +126,8 @@ class Trainer:
             model.set_grad_checkpointing(True)
         if using_deepspeed():
             one_dim_logit_scale(model)
+        if m.compile:  # in place: the module, its state dict and checkpoints stay plain open_clip
+            model.compile()
 
         world, d = self.acc.num_processes, recipe.data
         self.accum = recipe.optim.accum_steps
@@ -151,6 +154,8 @@ class Trainer:
         optimizer = build_optimizer(model, recipe.optim)
         self.scheduler = build_scheduler(optimizer, self.total_steps, recipe.schedule)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
+        _, normalize = split_normalize(self.loaded.preprocess_train)  # workers send uint8 images
+        self.to_input = normalize or (lambda images: images)
         self.loss_fn = ContrastiveLoss(recipe.loss.logit_scale_max, recipe.loss.gather_with_grad,
                                        recipe.loss.mask_same_image, clamp_in_forward=using_deepspeed())
         self.state = checkpointing.TrainState()
@@ -182,12 +187,12 @@ class Trainer:
             cached, layout = None, layouts[0]
         else:
             with torch.no_grad():
-                cached = [self.model(image=b.images, text=b.texts)[:2] for b in batches]
+                cached = [self.model(image=self.to_input(b.images), text=b.texts)[:2] for b in batches]
             layout = Layout.cat(layouts)
         value, info = None, {}
         for m, batch in enumerate(batches):
             with self.acc.accumulate(self.model):
-                img, txt, scale = self.model(image=batch.images, text=batch.texts)
+                img, txt, scale = self.model(image=self.to_input(batch.images), text=batch.texts)
                 if cached is not None:
                     img = torch.cat([img if k == m else c[0] for k, c in enumerate(cached)])
                     txt = torch.cat([txt if k == m else c[1] for k, c in enumerate(cached)])
@@ -231,7 +236,7 @@ class Trainer:
         counts: dict[str, int] = {}
         for batch, _ in make_loader(self.val_stream, 0, self.recipe.seed, 0):
             batch = batch.to(self.acc.device)
-            img, txt, scale = self.model(image=batch.images, text=batch.texts)
+            img, txt, scale = self.model(image=self.to_input(batch.images), text=batch.texts)
             loss, info = self.loss_fn(img, txt, scale, Layout.from_batch(batch, self.recipe.loss.partners_as_positives),
                                       details=True)
             for name, value in {"loss": float(loss), **info}.items():
@@ -304,9 +309,10 @@ class Trainer:
         global_batch = r.data.batch_size * self.acc.num_processes * self.accum
         pause_at = int(os.environ.get(PAUSE_ENV, "0"))
         batches_per_epoch = self.steps_per_epoch * self.accum
+        loader = make_loader(self.stream, r.data.workers, r.seed, persistent=True)
         for epoch in range(self.state.epoch, r.schedule.epochs):
             self.stream.set_position(epoch, self.state.batch_in_epoch, self.local_streams)
-            batches = iter(make_loader(self.stream, r.data.workers, r.seed, epoch))
+            batches = iter(loader)
             self.monitor.start_epoch(epoch, self.steps_per_epoch, self.state.batch_in_epoch // self.accum)
             tick, tick_samples = time.perf_counter(), 0
             while self.state.batch_in_epoch < batches_per_epoch:
