@@ -21,7 +21,8 @@ from datagen.prepare.imagefiles import ImageFiles, MissingImage
 from datagen.prepare.labels import PairLabeller
 from datagen.prepare.trohn import RowError, prepare_trohn
 from datagen.schema import ShardSample
-from datagen.shards import KeyIndex, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
+from datagen.shards import (KeyIndex, iter_raw_samples, read_image_ids, read_manifest, shard_urls,
+                            verify_shard_set)
 from trainer.compose import Composer
 from trainer.data import DataError, check_features, resolve_sources
 
@@ -82,6 +83,11 @@ def test_prepare_coco_negatives_and_knn_feed_the_trainer(coco, tmp_path, capsys)
     assert verify_shard_set(out)["shards"] == 3
     manifest = read_manifest(out)
     assert manifest["features"]["images"] and manifest["features"]["neighbours"] == 3
+    # the neighbours set keeps stage 1's global order and its record of excluded benchmark images
+    assert manifest["order"] == {"shuffled": True, "seed": 0,
+                                 "inherited_from": str(tmp_path / "coco_negclip_base")}
+    assert "excluded" in manifest and "unchecked" in manifest["exclusion"]
+    assert read_image_ids(out) == set(range(100, 106))
     got = samples(out)
     assert sorted(s.key for s in got) == [f"coco{1000 + i}" for i in range(12)]
     index = KeyIndex(out)
@@ -116,7 +122,8 @@ def test_prepare_coco_missing_image_stops_naming_it_and_keeps_what_was_written(c
     assert err.startswith("error: ") and str(images / file_name(104)) in err
     assert f"caption key '{written_order[first_missing]}'" in err and "image_id 104" in err
     manifest = read_manifest(tmp_path / "out")
-    assert not manifest["complete"] and [s["samples"] for s in manifest["shards"]] == [3] * (first_missing // 3)
+    assert not manifest["complete"]
+    assert [s["samples"] for s in manifest["shards"]] == [3] * (first_missing // 3)
     assert not list((tmp_path / "out").glob(".*.tmp"))  # the partial shard went away
     assert main(args + ["--skip-missing"]) == 0  # resumes after the ones written; skips and counts
     report = json.loads(capsys.readouterr().out)
