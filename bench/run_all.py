@@ -401,7 +401,8 @@ def section_same_image(r, goals, notes) -> str:
         f"{r['shard_size']:,}; streamed by the trainer's `ShardStream` (resampled shards) in batches of 256. "
         f"Share of anchors whose image is also another anchor's in the same batch (uniformly random order: "
         f"{100 * r['expected_uniform_random']:.2f} %):\n\n"
-        + markdown_table(["written order", "reader", "shuffle buffer", "batches", "same-image anchors"], rows))
+        + markdown_table(["written order", "reader", "shuffle buffer", "batches", "same-image anchors"], rows,
+                         align=["l", "l", "r", "r", "r"]))
 
 
 def main() -> None:

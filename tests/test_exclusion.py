@@ -6,6 +6,7 @@ import json
 import shutil
 
 import datasets
+import pytest
 
 from datagen.__main__ import main
 from datagen.prepare.coco import prepare_coco
@@ -116,3 +117,17 @@ def test_exclusion_on_the_real_benchmark_files(shared_benchmarks):
     keys = ex.manifest_keys(visla)  # an input holding exactly VISLA's images loses all of them
     assert keys["excluded"]["visla"] == len(visla) == keys["exclusion"]["images"]
     assert {"bivlc", "aro", "retrieval"} <= set(keys["exclusion"]["unchecked"])
+
+
+def test_a_resume_with_other_benchmark_files_is_refused(coco, tmp_path):
+    root = benchmarks(tmp_path / "bench", sugarcrepe=[101])
+    kwargs = dict(captions=coco / "captions_train2017.json", shard_size=2, progress=False,
+                  benchmarks_root=root)
+    part = prepare_coco(tmp_path / "out", coco / "train2017", stop_after=5, **kwargs)
+    assert not part["complete"] and len(part["shards"]) == 2
+    (root / "visla" / "Spatial_VISLA.tsv").write_text(f"image\ta\tb\tc\td\r\n{file_name(100)}\ta\tb\tc\td")
+    with pytest.raises(ValueError, match="started leaving out other benchmark images"):
+        prepare_coco(tmp_path / "out", coco / "train2017", **kwargs)
+    (root / "visla" / "Spatial_VISLA.tsv").write_text("image\ta\tb\tc\td")
+    done = prepare_coco(tmp_path / "out", coco / "train2017", **kwargs)  # the same files resume
+    assert done["complete"] and sorted(set(coco_ids(tmp_path / "out"))) == [100, 102, 103, 104, 105]

@@ -2,6 +2,7 @@
 on fixtures for the parts whose files are not shared (BiVLC, ARO, retrieval)."""
 import csv
 import json
+import shutil
 
 import datasets
 import pytest
@@ -74,7 +75,6 @@ def test_aro_retrieval_and_bivlc_fixtures(tmp_path, shared_benchmarks):
     assert coco_ids_of("bivlc", root) == coco_ids_of("sugarcrepe", root)
     ds.add_column("filename", ["000000000007.jpg", "000000000008.jpg"]).save_to_disk(str(tmp_path / "b2"))
     (tmp_path / "b2").rename(root / "bivlc2")
-    import shutil
     shutil.rmtree(root / "bivlc")
     (root / "bivlc2").rename(root / "bivlc")
     assert coco_ids_of("bivlc", root) == {7, 8}  # an id column wins

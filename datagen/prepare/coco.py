@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from datagen.captions_io import read_items
 from datagen.prepare.exclude import (DEFAULT_BENCHMARKS_ROOT, Exclusion, benchmark_exclusion,
-                                     sibling_val2017)
+                                     pin_exclusion, sibling_val2017)
 from datagen.prepare.imagefiles import ImageFiles
 from datagen.shards import read_manifest, update_manifest
 
@@ -74,6 +74,7 @@ def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
         benchmarks_root, karpathy=karpathy_ref or karpathy, keep=keep_benchmark_images,
         val2017=val2017 or sibling_val2017(source))
     split_list = list(splits) if karpathy is not None else None
+    pin_exclusion(stage1, exclusion)
     _say(progress, f"prepare coco: captions + images + negatives -> {stage1}")
     result = run_generate(source, stage1, kinds=kinds,
                           mode=mode, cap=cap, seed=seed, workers=workers, shard_size=shard_size,

@@ -14,13 +14,17 @@ The ids excluded, by name:
 - every benchmark of `eval.image_ids.COCO_BENCHMARKS` (visla, sugarcrepe, sugarcrepe_pp, bivlc,
   aro, retrieval; their sub-views visla_lexical and left_right read the same files) found under
   the benchmarks root, by the ids `eval.image_ids` reads from its files.
-A source whose files are absent is listed as unchecked with the reason. The manifest gets
+A source whose files are absent is listed as unchecked with the reason. The kept items are what
+the seeded order permutes, so a resume must see the same exclusion: `pin_exclusion` writes its
+fingerprint to `exclusion.json` in the output set when the set starts and refuses (one line) a
+resume whose benchmark files give other ids. The manifest gets
 `excluded` ({name: input images left out because of it}; an image named by two sources counts
 under both) and `exclusion` (root, unchecked sources, total images and input items dropped, the
 size of each id list), or `exclusion: {"disabled": true}` with `--keep-benchmark-images`.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +36,7 @@ DEFAULT_BENCHMARKS_ROOT = "data/benchmarks"
 # The benchmarks whose files name COCO images; visla_lexical / left_right read visla's / aro's.
 SCORED = ("visla", "sugarcrepe", "sugarcrepe_pp", "bivlc", "aro", "retrieval")
 VAL2017_CAPTIONS = "captions_val2017.json"
+PIN_FILE = "exclusion.json"
 
 
 @dataclass
@@ -49,6 +54,12 @@ class Exclusion:
     def keeps(self, coco_id: Optional[int]) -> bool:
         """True unless `coco_id` is a benchmark image (items without a COCO id are kept)."""
         return self.disabled or coco_id is None or int(coco_id) not in self._all
+
+    def fingerprint(self) -> str:
+        """A hash of what is excluded (the ids by source, or disabled)."""
+        text = json.dumps({"disabled": self.disabled,
+                           "ids": {n: sorted(i) for n, i in sorted(self.ids.items())}})
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def manifest_keys(self, input_ids: Iterable[int], items_dropped: int = 0) -> dict[str, Any]:
         """`excluded` and `exclusion` for the manifest of a set read from images `input_ids`."""
@@ -146,3 +157,26 @@ def sibling_val2017(input_path: str | Path) -> Optional[Path]:
         if candidate.is_file() and candidate.resolve() != input_path.resolve():
             return candidate
     return None
+
+
+def pin_exclusion(out_dir: str | Path, exclusion: Exclusion) -> None:
+    """Record the exclusion of a new set; refuse to resume an unfinished set started with another."""
+    out_dir = Path(out_dir)
+    pin = out_dir / PIN_FILE
+    wanted = {"fingerprint": exclusion.fingerprint(), "benchmarks_root": exclusion.root,
+              "disabled": exclusion.disabled}
+    manifest = json.loads((out_dir / "manifest.json").read_text()) \
+        if (out_dir / "manifest.json").is_file() else {}
+    started = bool(manifest.get("shards"))
+    if manifest.get("complete"):  # a finished set is reused as it is; its manifest says what it left out
+        return
+    if started and pin.is_file():
+        have = json.loads(pin.read_text())
+        if have.get("fingerprint") != wanted["fingerprint"]:
+            raise ValueError(f"{pin}: this set was started leaving out other benchmark images "
+                             f"({have}) than now ({wanted}); resume with the same benchmark files "
+                             "and options, or write to a new folder")
+        return
+    if not started:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        pin.write_text(json.dumps(wanted))

@@ -54,7 +54,7 @@ import numpy as np
 from datagen.captions_io import coco_id_of_file
 from datagen.imageio import BadImage
 from datagen.order import permutation, shuffled_order
-from datagen.prepare.exclude import DEFAULT_BENCHMARKS_ROOT, benchmark_exclusion
+from datagen.prepare.exclude import DEFAULT_BENCHMARKS_ROOT, benchmark_exclusion, pin_exclusion
 from datagen.negatives.base import normalise
 from datagen.prepare.imagefiles import (SKIP_CORRUPT, SKIP_MISSING, ImageFiles, MissingImage,
                                         image_bytes)
@@ -200,6 +200,7 @@ def prepare_trohn(dataset: Any, out_dir: str | Path, images_root: str | Path, *,
     units = Units(ds, group)
     exclusion = benchmark_exclusion(benchmarks_root, karpathy=karpathy_ref, val2017=val2017,
                                     keep=keep_benchmark_images)
+    pin_exclusion(out_dir, exclusion)
     unit_ids = _unit_coco_ids(ds, units)
     kept = np.array([u for u, c in enumerate(unit_ids) if exclusion.keeps(c if c >= 0 else None)],
                     np.int64)
