@@ -15,7 +15,8 @@ another order (`check_order`). A set rewritten sample by sample from another set
 neighbours, generated images, negatives added to a shard set) keeps its source's order and says
 so: `inherited_order(src)` = the source's record plus `"inherited_from": <src>`. A sharded set
 too large for memory is put in a new order by `datagen.shuffle` (two passes, bounded memory),
-which records `"method": "buckets"` and its bucket count.
+which records `"method": "buckets"` and its bucket count. `order_for_input(path, seed)` picks
+the rule for a writer that reads a file or a shard set (the negatives pipeline).
 """
 from __future__ import annotations
 
