@@ -44,6 +44,7 @@ STEPS = {
                ["--only", "stitch,generate", "--n-pairs", "50", "--n-images", "32"], {}),
     "eval": ("bench/bench_eval.py", "eval", [], ["--quick"], {}),
     "world": ("bench/bench_world.py", "world", ["--no-build"], ["--quick"], {}),
+    "same_image": ("bench/bench_same_image.py", "same_image", [], ["--quick"], {}),
 }
 GPU_GOAL = 1300
 
@@ -119,7 +120,8 @@ def render(res: dict, run: dict) -> str:
                             ("2. hard negatives", section_negatives_cost, (res.get("trainer"),)),
                             ("3. scaling", section_scaling, (res.get("trainer"),)),
                             ("4. datagen", section_datagen, (res.get("negatives"), res.get("images"), res.get("world"))),
-                            ("5. eval", section_eval, (res.get("eval"),))):
+                            ("5. eval", section_eval, (res.get("eval"),)),
+                            ("6. same-image pairs", section_same_image, (res.get("same_image"),))):
         try:
             sections.append(fn(*args, goals, notes))
         except (KeyError, TypeError, ValueError, AttributeError) as err:  # e.g. a JSON file from an older script
@@ -377,6 +379,30 @@ def section_eval(r, goals, notes) -> str:
         "benchmark asked for.\n\n"
         + markdown_table(["benchmark", "items", "items/s", "texts encoded / unique", "per unique text",
                           "images encoded / unique", "per unique image"], rows))
+
+
+def section_same_image(r, goals, notes) -> str:
+    head = "## 6. Same-image pairs per batch (5 captions per image)\n\n"
+    goal = "<= 0.5 % (global order, buffer 2,000)"
+    if not r:
+        goals.append(["6. anchors sharing their image in a batch of 256", goal, "not run", "-"])
+        return head + "Not run."
+    rows = [[x["order"], x["reader"], f"{x['shuffle_buffer']:,}", x["batches"],
+             f"{100 * x['same_image_share']:.2f} %"] for x in r["rows"]]
+    after = next(x for x in r["rows"] if x["order"] == "global order" and x["shuffle_buffer"] == 2000)
+    goals.append(["6. anchors sharing their image in a batch of 256", goal,
+                  f"{100 * after['same_image_share']:.2f} %", yes(r["goal_met"])])
+    if not r["goal_met"]:
+        notes.append(f"6. {100 * after['same_image_share']:.2f} % of anchors share their image with another "
+                     f"anchor of their batch (uniform random order: {100 * r['expected_uniform_random']:.2f} %).")
+    return head + (
+        f"{r['images']:,} images x {r['captions_per_image']} captions in Karpathy order, written in input "
+        f"order (as before issue 15) and in the global order every datagen writer now uses, shards of "
+        f"{r['shard_size']:,}; streamed by the trainer's `ShardStream` (resampled shards) in batches of 256. "
+        f"Share of anchors whose image is also another anchor's in the same batch (uniformly random order: "
+        f"{100 * r['expected_uniform_random']:.2f} %):\n\n"
+        + markdown_table(["written order", "reader", "shuffle buffer", "batches", "same-image anchors"], rows,
+                         align=["l", "l", "r", "r", "r"]))
 
 
 def main() -> None:

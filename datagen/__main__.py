@@ -1,10 +1,12 @@
 """Command line for the image generators and real-data preparation:
-`python -m datagen {stitch,knn,genimages,prepare} ...`.
+`python -m datagen {stitch,knn,genimages,prepare,shuffle} ...`.
 
 Each subcommand writes a shard set (resuming one a killed run left), reads it back with
 `verify_shard_set` and prints the manifest summary as JSON (`prepare cocobank` writes an object
 bank folder and prints its counts). `prepare coco|trohn|cocobank` turn COCO, TROHN-Text/-Img and
-COCO instances into shard sets / an object bank (docs/data_prep.md). Hard-negative captions have
+COCO instances into shard sets / an object bank (docs/data_prep.md); they leave benchmark images
+out unless `--keep-benchmark-images`. Every set is written in a seeded global order
+(`datagen.order`); `shuffle` puts an existing sharded set into one in bounded memory. Hard-negative captions have
 their own CLI, `python -m datagen.negatives`; the synthetic world, `python -m datagen.world`.
 """
 from __future__ import annotations
@@ -98,7 +100,8 @@ def cmd_prepare_coco(args) -> dict:
                         shard_size=args.max_count, skip_missing=args.skip_missing,
                         max_side=args.max_side, limit=args.limit, vocab=args.vocab, knn=args.knn,
                         scorer_factory=lambda: _scorer(args), base=args.base,
-                        knn_options=knn_options, progress=not args.quiet)
+                        knn_options=knn_options, progress=not args.quiet,
+                        **_exclusion_kwargs(args))
 
 
 def cmd_prepare_trohn(args) -> dict:
@@ -107,7 +110,18 @@ def cmd_prepare_trohn(args) -> dict:
                          revision=args.revision, group=args.group, label=args.label,
                          skip_missing=args.skip_missing, max_side=args.max_side,
                          shard_size=args.max_count, max_bytes=args.max_bytes, limit=args.limit,
-                         progress=not args.quiet)
+                         progress=not args.quiet, seed=args.seed, **_exclusion_kwargs(args))
+
+
+def _exclusion_kwargs(args) -> dict:
+    return {"benchmarks_root": args.benchmarks_root, "keep_benchmark_images": args.keep_benchmark_images,
+            "karpathy_ref": args.karpathy_ref, "val2017": args.val2017}
+
+
+def cmd_shuffle(args) -> dict:
+    from datagen.shuffle import shuffle_shard_set
+    return shuffle_shard_set(args.src, args.out, args.seed, args.buckets, args.work_dir,
+                             args.max_count, args.max_bytes, progress=not args.quiet)
 
 
 def cmd_prepare_cocobank(args) -> dict:
@@ -182,6 +196,14 @@ def _prepare_common(p: argparse.ArgumentParser) -> None:
                    help="re-encode images larger than this (JPEG q95); default: bytes as they are")
     p.add_argument("--limit", type=int, default=None, help="read at most this many items")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--benchmarks-root", default="data/benchmarks",
+                   help="benchmark files whose COCO images are left out (docs/benchmark_data.md)")
+    p.add_argument("--keep-benchmark-images", action="store_true",
+                   help="do not leave benchmark images out (the manifest says so)")
+    p.add_argument("--karpathy-ref", default=None, help="Karpathy dataset_coco.json whose val and "
+                   "test images are left out (default: the --karpathy input, if any)")
+    p.add_argument("--val2017", default=None, help="captions_val2017.json whose images are left "
+                   "out (default: one next to the captions file, if any)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -242,6 +264,19 @@ def build_parser() -> argparse.ArgumentParser:
     _shard_args(p)
     p.set_defaults(run=cmd_genimages)
     _prepare_parsers(sub)
+
+    p = sub.add_parser("shuffle", help="rewrite a shard set in a seeded global random order "
+                       "(two passes, bounded memory)")
+    p.add_argument("src", help="input shard set (complete)")
+    p.add_argument("out", help="output shard set folder (resumed if it exists)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--buckets", type=int, default=None,
+                   help="temporary buckets; memory holds one (default: one per 256 MiB of input)")
+    p.add_argument("--work-dir", default=None, help="bucket folder (default <out>/.shuffle)")
+    p.add_argument("--max-count", type=int, default=10_000, help="samples per shard at most")
+    p.add_argument("--max-bytes", type=int, default=1 << 30, help="bytes per shard at most")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(run=cmd_shuffle)
     return parser
 
 
@@ -268,11 +303,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    from datagen.order import OrderMismatch
     from datagen.shards import verify_shard_set
     try:
         manifest = args.run(args)
     except (ValueError, OSError) as err:  # OSError: missing files, an unreachable hub
-        if args.command != "prepare":
+        if args.command not in ("prepare", "shuffle") and not isinstance(err, OrderMismatch):
             raise
         print(f"error: {err}", file=sys.stderr)  # one line naming the file / key / row
         return 2
@@ -284,7 +320,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for shard in manifest["shards"]:
         for reason, count in shard["skipped"].items():
             skipped[reason] = skipped.get(reason, 0) + count
-    extra = {k: manifest[k] for k in ("knn", "genimages", "object_bank", "source") if k in manifest}
+    extra = {k: manifest[k] for k in ("knn", "genimages", "object_bank", "source", "order",
+                                      "excluded", "exclusion", "image_ids", "shuffle")
+             if k in manifest}
     print(json.dumps({"out": str(args.out), "verified": totals, "skipped": skipped, **extra}, indent=1))
     return 0
 

@@ -4,11 +4,15 @@
 
 | input                                   | key                 | meta                           |
 |-----------------------------------------|---------------------|--------------------------------|
-| COCO 2017 `captions_*.json` (`annotations`, `images`) | `coco<annotation id>` | `source`, `image_id`, `image_path` |
-| Karpathy `dataset_coco.json` (`images[].sentences`)   | `coco<sentid>`        | `source`, `image_id`, `image_path`, `split` |
-| `.csv` / `.tsv` with a header (image column: `filepath`, `image`, `image_path`, `filename`, `file_name`, `path`; caption column: `caption`, `title`, `text`, `sentence`) | `<file stem>_<row>` | `source`, `image_path` |
+| COCO 2017 `captions_*.json` (`annotations`, `images`) | `coco<annotation id>` | `source`, `image_id`, `coco_id`, `image_path` |
+| Karpathy `dataset_coco.json` (`images[].sentences`)   | `coco<sentid>`        | `source`, `image_id`, `coco_id`, `image_path`, `split` |
+| `.csv` / `.tsv` with a header (image column: `filepath`, `image`, `image_path`, `filename`, `file_name`, `path`; caption column: `caption`, `title`, `text`, `sentence`) | `<file stem>_<row>` | `source`, `image_id` (= `image_path`), `image_path`, `coco_id` when the file name is COCO's |
 | a shard set folder (`manifest.json`) or a `.tar` shard | the sample's key | the raw sample, undecoded (`raw`) |
 
+`image_id` identifies the image within `source` (all captions of one image share it); `coco_id`
+(int) is set whenever the image is a COCO image: the id of a COCO 2017 file, Karpathy's
+`cocoid` (Karpathy's Flickr files have none), or a table row whose file name is COCO's
+(`000000391895.jpg`, `COCO_val2014_000000391895.jpg`).
 Bad input raises `InputError` naming the file and the line, row or key.
 """
 from __future__ import annotations
@@ -25,6 +29,13 @@ from datagen.shards import iter_raw_samples, shard_urls
 IMAGE_COLUMNS = ("filepath", "image", "image_path", "filename", "file_name", "path")
 CAPTION_COLUMNS = ("caption", "title", "text", "sentence")
 _KEY_SAFE = re.compile(r"[^A-Za-z0-9_-]")
+_COCO_FILE = re.compile(r"(?:^|/)(?:COCO_(?:train|val|test)2014_)?(\d{12})\.jpg$")
+
+
+def coco_id_of_file(name: str) -> Optional[int]:
+    """The COCO id of a COCO image file name (2014 or 2017 style), else None."""
+    match = _COCO_FILE.search(name.strip())
+    return int(match.group(1)) if match else None
 
 
 class InputError(ValueError):
@@ -97,7 +108,7 @@ def _coco2017(path: Path, data: dict) -> Iterator[CaptionItem]:
             ann_id, image_id, caption = ann["id"], ann["image_id"], ann["caption"]
         except (KeyError, TypeError):
             raise InputError(f"{path}: annotations[{i}] lacks 'id', 'image_id' or 'caption'") from None
-        meta = {"source": path.name, "image_id": image_id}
+        meta = {"source": path.name, "image_id": image_id, "coco_id": int(image_id)}
         if image_id in files:
             meta["image_path"] = files[image_id]
         yield CaptionItem(f"coco{ann_id}", str(caption), meta)
@@ -117,6 +128,8 @@ def _karpathy(path: Path, data: dict) -> Iterator[CaptionItem]:
                 raise InputError(f"{path}: images[{i}].sentences[{j}] lacks 'raw' or 'sentid'") from None
             meta = {"source": path.name, "image_id": img.get("cocoid", img.get("imgid")),
                     "image_path": image_path, "split": img.get("split")}
+            if img.get("cocoid") is not None:
+                meta["coco_id"] = int(img["cocoid"])
             yield CaptionItem(f"coco{sent_id}", str(caption), meta)
 
 
@@ -157,6 +170,9 @@ def _read_table(path: Path, delimiter: str, image_col: Optional[str],
             if len(fields) <= max(ci, ii):
                 raise InputError(f"{path}: line {reader.line_num}: {len(fields)} fields, "
                                  f"expected {len(header)}")
-            yield CaptionItem(f"{stem}_{row:09d}", fields[ci],
-                              {"source": path.name, "image_path": fields[ii]})
+            meta = {"source": path.name, "image_id": fields[ii], "image_path": fields[ii]}
+            coco_id = coco_id_of_file(fields[ii])
+            if coco_id is not None:
+                meta["coco_id"] = coco_id
+            yield CaptionItem(f"{stem}_{row:09d}", fields[ci], meta)
             row += 1

@@ -18,6 +18,11 @@ backend could draw) or `pick="clip"` (the highest cosine similarity to the capti
 scorer). Output samples copy the source members byte for byte and add `partner.*`; the first
 generated partner keeps the source key (so `nn.json` keys still resolve), further ones get
 `<key>_g<j>`. Seeds derive from (seed, sample index, negative index, candidate). Resumable.
+The output keeps the source's sample order (manifest `order` with `inherited_from`) and its
+record of excluded benchmark images; with `per_sample` > 1 the outputs of one source sample
+(same anchor image) are written next to each other, so such a set is marked
+`"adjacent_outputs": true` in its order record: put it in a global order with
+`python -m datagen shuffle` before training.
 """
 from __future__ import annotations
 
@@ -33,7 +38,9 @@ import numpy as np
 from PIL import Image
 
 from datagen.imageio import decode_image, encode_image
-from datagen.shards import ShardSetWriter, iter_raw_samples, read_manifest, shard_urls
+from datagen.order import inherited_order
+from datagen.shards import (CARRIED_KEYS, ShardSetWriter, iter_raw_samples, read_manifest,
+                            shard_urls)
 
 log = logging.getLogger(__name__)
 PICK_RULES = ("first", "clip")
@@ -223,7 +230,13 @@ def write_generated(src: str | Path, dst: str | Path, backend: ImageBackend,
     features = dict(read_manifest(src).get("features", {}))
     features["partner"] = "generated"
     done_keys = _last_shard_keys(dst)  # a sample's outputs may straddle the last complete shard
-    writer = ShardSetWriter(dst, max_count=max_count, max_bytes=max_bytes, features=features)
+    src_manifest = read_manifest(src)
+    order = inherited_order(src, src_manifest)
+    if per_sample > 1:
+        order["adjacent_outputs"] = True
+    writer = ShardSetWriter(dst, max_count=max_count, max_bytes=max_bytes, features=features,
+                            order=order)
+    writer.manifest.update({k: src_manifest[k] for k in CARRIED_KEYS if k in src_manifest})
     writer.manifest["genimages"] = {"backend": backend.name, "kinds": list(kinds or []),
                                     "subkinds": list(subkinds or []), "per_sample": per_sample,
                                     "candidates": candidates, "pick": pick, "seed": seed}

@@ -20,7 +20,9 @@ write them into a copy of the set as `nn.json`.
 3. `write_neighbours`: the source set is rewritten sample by sample into a new shard set (raw
    members copied byte for byte, `nn.json` added: `{"key", "score"}` best first), resumable like
    every `ShardSetWriter`, and `keys.tsv` is built with `KeyIndex.build` so the trainer fetches
-   a neighbour's image by key. `run_knn` chains the three and records settings and recall in
+   a neighbour's image by key. The copy keeps the source's sample order (its manifest says
+   `"order": {..., "inherited_from": <src>}`) and carries over the source's record of excluded
+   benchmark images (`excluded`, `exclusion`); `image_ids.txt` is written anew on close. `run_knn` chains the three and records settings and recall in
    the output manifest under `knn`.
 """
 from __future__ import annotations
@@ -38,8 +40,10 @@ import faiss
 import numpy as np
 
 from datagen.imageio import BadImage, decode_image
+from datagen.order import inherited_order
 from datagen.schema import IMAGE_EXTS, SchemaError
-from datagen.shards import KeyIndex, ShardSetWriter, iter_raw_samples, read_manifest, shard_urls
+from datagen.shards import (CARRIED_KEYS, KeyIndex, ShardSetWriter, iter_raw_samples,
+                            read_manifest, shard_urls)
 
 log = logging.getLogger(__name__)
 
@@ -326,9 +330,12 @@ def write_neighbours(src: str | Path, dst: str | Path, emb: Embeddings, ids: np.
                      extra_manifest: Optional[dict] = None, stop_after: Optional[int] = None) -> dict:
     """Copy `src` into `dst` adding `nn.json`; samples whose image is unreadable are skipped and
     counted. Resumes an interrupted `dst`; builds `dst/keys.tsv` when complete."""
-    features = dict(read_manifest(src).get("features", {}))
+    src_manifest = read_manifest(src)
+    features = dict(src_manifest.get("features", {}))
     features["neighbours"] = int(ids.shape[1])
-    writer = ShardSetWriter(dst, max_count=max_count, max_bytes=max_bytes, features=features)
+    writer = ShardSetWriter(dst, max_count=max_count, max_bytes=max_bytes, features=features,
+                            order=inherited_order(src, src_manifest))
+    writer.manifest.update({k: src_manifest[k] for k in CARRIED_KEYS if k in src_manifest})
     if extra_manifest:
         writer.manifest.update(extra_manifest)
     start, row, written = writer.inputs_done, -1, 0

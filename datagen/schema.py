@@ -6,14 +6,18 @@ A sample is the files `<key>.<member>` inside a tar shard (keys hold no dots):
 |----------------|--------------------------------------------------------------------|----------|
 | `jpg` / `png`  | the image, encoded                                                 | yes*     |
 | `txt`          | the positive caption, UTF-8                                        | yes      |
-| `json`         | metadata object (source, image id, ...)                            | no       |
+| `json`         | metadata object (source, image_id, coco_id, ...)                   | no       |
 | `neg.json`     | list of `{"text", "kind", "subkind", "source"}` hard negatives     | no       |
 | `partner.jpg`  | partner image (generated negative image, or the mirrored scene)    | no       |
 | `partner.txt`  | partner caption                                                    | with it  |
 | `partner.json` | `{"kind": "generated" or "mirrored", "negative_index": int|null}`  | with it  |
 | `nn.json`      | list of `{"key", "score"}`: nearest-neighbour images, best first   | no       |
 
-(*) a sample may omit its image only while negatives are added to text-only data. The plain
+(*) a sample may omit its image only while negatives are added to text-only data.
+Every sample datagen writes has `meta["source"]` and `meta["image_id"]`, which identifies its
+anchor image uniquely within that source (all captions of one image share it; the trainer masks
+same-image pairs by it), and `meta["coco_id"]` (int) whenever the image is a COCO image (the same
+number in every source; data preparation leaves benchmark images out by it). The plain
 `jpg`/`txt` pair is what open_clip's own webdataset loader reads, so our shards feed it too.
 docs/shard_schema.md is the prose version of this module.
 """

@@ -6,6 +6,13 @@ items consumed, bytes and sha256 per shard, skip counts by reason) rewritten ato
 every shard. A killed run resumes from the last complete shard: the writer reports how many input
 items are already done (`inputs_done`) and the caller skips them. For identical output after a
 resume, the caller must make each sample from its input item alone (e.g. seed by item index).
+`order` (a `datagen.order` record, e.g. `{"shuffled": true, "seed": 3}`) is stored in the
+manifest; resuming a set written in another order is refused with one line.
+
+On `close`, the distinct COCO ids of the set's samples (`meta["coco_id"]` in each `json`
+member) are written to `image_ids.txt`, one int per line, named in the manifest as
+`"image_ids": "image_ids.txt"`, so a trainer compares training and benchmark images without
+reading the shards (`read_image_ids`). A set without COCO images gets no such file.
 
 `verify_shard_set` reads every shard back against the manifest; `KeyIndex` maps a sample key to
 the byte range of any of its members, so a reader can fetch a neighbour's image by key.
@@ -22,11 +29,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from datagen.order import ORDER_KEY, check_order
 from datagen.schema import SCHEMA_VERSION, SchemaError, ShardSample
 from models.checkpoint import atomic_write
 
 MANIFEST = "manifest.json"
 KEY_INDEX = "keys.tsv"
+IMAGE_IDS = "image_ids.txt"
+CARRIED_KEYS = ("excluded", "exclusion")  # manifest keys a set rewritten from another inherits
 
 
 def _sha256(path: Path) -> str:
@@ -57,7 +67,8 @@ class ShardSetWriter:
     """Append samples to a shard set; see the module docstring for the resume contract."""
 
     def __init__(self, directory: str | Path, prefix: str = "shard", max_count: int = 10_000,
-                 max_bytes: int = 1 << 30, features: Optional[dict[str, Any]] = None):
+                 max_bytes: int = 1 << 30, features: Optional[dict[str, Any]] = None,
+                 order: Optional[dict[str, Any]] = None):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.prefix, self.max_count, self.max_bytes = prefix, max_count, max_bytes
@@ -72,6 +83,9 @@ class ShardSetWriter:
         else:
             self.manifest = {"schema_version": SCHEMA_VERSION, "features": features or {},
                              "shards": [], "complete": False}
+        if order is not None:
+            check_order(self.manifest, order, path)
+            self.manifest[ORDER_KEY] = order
         self._open_shard()
 
     @property
@@ -146,6 +160,11 @@ class ShardSetWriter:
         self._tar.close()
         if self._tmp.exists():
             self._tmp.unlink()
+        ids = collect_coco_ids(self.directory, self.manifest)
+        if ids:
+            atomic_write(self.directory / IMAGE_IDS,
+                         lambda f: f.writelines(f"{i}\n" for i in sorted(ids)), "w")
+            self.manifest["image_ids"] = IMAGE_IDS
         self.manifest["complete"] = True
         self._write_manifest()
         return self.manifest
@@ -178,6 +197,45 @@ def iter_raw_samples(shard: str | Path) -> Iterator[dict[str, Any]]:
             current[ext] = tar.extractfile(member).read()
     if current:
         yield current
+
+
+def collect_coco_ids(directory: str | Path, manifest: Optional[dict] = None) -> set[int]:
+    """Distinct `meta["coco_id"]` of a set's complete shards; only `json` members are read."""
+    manifest = manifest or read_manifest(directory)
+    ids: set[int] = set()
+    for entry in manifest["shards"]:
+        path = Path(directory) / entry["name"]
+        with tarfile.open(path, "r") as tar:
+            for member in tar:
+                if member.isfile() and member.name.endswith(".json") \
+                        and member.name.count(".") == 1:  # `<key>.json`, not `neg.json` etc.
+                    try:
+                        coco_id = json.loads(tar.extractfile(member).read()).get("coco_id")
+                    except (json.JSONDecodeError, AttributeError):
+                        raise SchemaError(f"{path}: member '{member.name}' is not a JSON object") from None
+                    if coco_id is not None:
+                        ids.add(int(coco_id))
+    return ids
+
+
+def read_image_ids(directory: str | Path) -> Optional[set[int]]:
+    """The COCO ids a set's manifest names (`image_ids`), or None when it names none."""
+    name = read_manifest(directory).get("image_ids")
+    if not name:
+        return None
+    path = Path(directory) / name
+    try:
+        return {int(line) for line in path.read_text().split()}
+    except (OSError, ValueError) as err:
+        raise SchemaError(f"{path}: unreadable image id list ({err})") from None
+
+
+def update_manifest(directory: str | Path, **keys: Any) -> dict[str, Any]:
+    """Set top-level manifest keys (e.g. `excluded`) of a set, atomically; returns the manifest."""
+    manifest = read_manifest(directory)
+    manifest.update(keys)
+    atomic_write(Path(directory) / MANIFEST, lambda f: json.dump(manifest, f, indent=1), "w")
+    return manifest
 
 
 def verify_shard_set(directory: str | Path, require_image: bool = True) -> dict[str, int]:

@@ -17,7 +17,9 @@ Pair `i` (seeded by `(seed, i)` alone, so resumed runs are byte-identical):
 5. caption each with either phrasing, a fair coin each: "A to the left of B" or "B to the right
    of A" ("A above B" or "B below A").
 The sample's partner (kind "mirrored") is the mirrored arrangement; `json` records the relation,
-object names and each object's pixel box (from its alpha mask) in both images.
+object names and each object's pixel box (from its alpha mask) in both images, and `image_id`
+(= the key). Pairs are written in a seeded global order (`datagen.order.permutation(n_pairs,
+seed)`; key `<prefix><i>` keeps the pair index).
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from datagen.imageio import BadImage, encode_image, list_image_files, load_image_file
+from datagen.order import permutation, shuffled_order
 from datagen.schema import Partner, ShardSample
 from datagen.shards import ShardSetWriter
 
@@ -222,7 +225,7 @@ def make_pair(bank: ObjectBank, index: int, seed: int = 0, size: tuple[int, int]
 
 
 def pair_sample(pair: StitchedPair, key: str, index: int, ext: str = "jpg") -> ShardSample:
-    meta = {"source": "stitch", "pair_index": index, "relation": pair.relation,
+    meta = {"source": "stitch", "image_id": key, "pair_index": index, "relation": pair.relation,
             "objects": list(pair.names), "background": pair.background,
             "boxes": {"anchor": [list(b) for b in pair.boxes("anchor")],
                       "mirrored": [list(b) for b in pair.boxes("mirrored")]}}
@@ -245,14 +248,16 @@ def write_stitched(out_dir: str | Path, bank_dir: str | Path, n_pairs: int, seed
     """
     bank = load_object_bank(bank_dir, backgrounds)
     features = {"partner": "mirrored", "relations": list(relations)}
-    writer = ShardSetWriter(out_dir, max_count=max_count, max_bytes=max_bytes, features=features)
+    writer = ShardSetWriter(out_dir, max_count=max_count, max_bytes=max_bytes, features=features,
+                            order=shuffled_order(seed))
     writer.manifest["object_bank"] = {"folder": str(bank_dir), "objects": len(bank.objects),
                                       "names": len(bank.names), "backgrounds": len(bank.backgrounds),
                                       "skipped": dict(bank.skipped)}
     start = writer.inputs_done
     if start:
         log.info("%s: resuming after %d complete pairs", out_dir, start)
-    for done, index in enumerate(range(start, n_pairs)):
+    order = permutation(n_pairs, seed)
+    for done, index in enumerate(int(i) for i in order[start:]):
         if stop_after is not None and done >= stop_after:
             writer.__exit__(RuntimeError, None, None)  # what a killed run leaves behind
             return writer.manifest

@@ -15,12 +15,14 @@ from PIL import Image
 
 from datagen.__main__ import main
 from datagen.imageio import BadImage
+from datagen.order import shuffled
 from datagen.prepare.coco import prepare_coco
 from datagen.prepare.imagefiles import ImageFiles, MissingImage
 from datagen.prepare.labels import PairLabeller
 from datagen.prepare.trohn import RowError, prepare_trohn
 from datagen.schema import ShardSample
-from datagen.shards import KeyIndex, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
+from datagen.shards import (KeyIndex, iter_raw_samples, read_image_ids, read_manifest, shard_urls,
+                            verify_shard_set)
 from trainer.compose import Composer
 from trainer.data import DataError, check_features, resolve_sources
 
@@ -81,6 +83,11 @@ def test_prepare_coco_negatives_and_knn_feed_the_trainer(coco, tmp_path, capsys)
     assert verify_shard_set(out)["shards"] == 3
     manifest = read_manifest(out)
     assert manifest["features"]["images"] and manifest["features"]["neighbours"] == 3
+    # the neighbours set keeps stage 1's global order and its record of excluded benchmark images
+    assert manifest["order"] == {"shuffled": True, "seed": 0,
+                                 "inherited_from": str(tmp_path / "coco_negclip_base")}
+    assert "excluded" in manifest and "unchecked" in manifest["exclusion"]
+    assert read_image_ids(out) == set(range(100, 106))
     got = samples(out)
     assert sorted(s.key for s in got) == [f"coco{1000 + i}" for i in range(12)]
     index = KeyIndex(out)
@@ -105,21 +112,24 @@ def test_prepare_coco_negatives_and_knn_feed_the_trainer(coco, tmp_path, capsys)
 def test_prepare_coco_missing_image_stops_naming_it_and_keeps_what_was_written(coco, tmp_path, capsys):
     images = tmp_path / "train2017"
     shutil.copytree(coco / "train2017", images)
-    (images / file_name(104)).unlink()  # the 5th image: captions 9 and 10 of 12
+    (images / file_name(104)).unlink()  # the 5th image: captions 1008 and 1009
     args = ["prepare", "coco", "--captions", str(coco / "captions_train2017.json"), "--images",
             str(images), "--out", str(tmp_path / "out"), "--max-count", "3", "--quiet"]
     assert main(args) == 2
+    written_order = shuffled([f"coco{1000 + i}" for i in range(12)], 0)  # --seed 0
+    first_missing = min(written_order.index("coco1008"), written_order.index("coco1009"))
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("error: ") and str(images / file_name(104)) in err
-    assert "caption key 'coco1008'" in err and "image_id 104" in err
+    assert f"caption key '{written_order[first_missing]}'" in err and "image_id 104" in err
     manifest = read_manifest(tmp_path / "out")
-    assert not manifest["complete"] and [s["samples"] for s in manifest["shards"]] == [3, 3]
+    assert not manifest["complete"]
+    assert [s["samples"] for s in manifest["shards"]] == [3] * (first_missing // 3)
     assert not list((tmp_path / "out").glob(".*.tmp"))  # the partial shard went away
-    assert main(args + ["--skip-missing"]) == 0  # resumes after the 6 written; skips and counts
+    assert main(args + ["--skip-missing"]) == 0  # resumes after the ones written; skips and counts
     report = json.loads(capsys.readouterr().out)
     assert report["skipped"] == {"missing_image": 2} and report["verified"]["samples"] == 10
     keys = [s.key for s in samples(tmp_path / "out")]
-    assert keys == [f"coco{1000 + i}" for i in range(12) if i not in (8, 9)]
+    assert keys == [k for k in written_order if k not in ("coco1008", "coco1009")]
 
 
 def test_prepare_coco_resume_is_byte_identical(coco, tmp_path):
@@ -148,6 +158,7 @@ def test_prepare_karpathy_keeps_the_chosen_splits(coco, tmp_path):
                             splits=["train", "restval"], progress=False)
     assert manifest["features"]["splits"] == ["restval", "train"]
     got = samples(tmp_path / "k")
+    got.sort(key=lambda s: s.key)
     assert [(s.key, s.meta["split"]) for s in got] == [("coco50", "train"), ("coco51", "restval")]
     assert got[1].image == (root / "train2014" / "COCO_train2014_000000000001.jpg").read_bytes()
 
@@ -213,7 +224,7 @@ def test_prepare_trohn_text_groups_labels_and_resumes(coco, tmp_path, capsys):
     full_hashes = [s["sha256"] for s in read_manifest(out)["shards"]]
     part = prepare_trohn(ds, tmp_path / "res", coco / "train2017", shard_size=2, progress=False,
                          name=str(tmp_path / "hf"), stop_after=3)
-    assert not part["complete"] and [s["inputs"] for s in part["shards"]] == [2]
+    assert not part["complete"] and [s["samples"] for s in part["shards"]] == [2]
     prepare_trohn(ds, tmp_path / "res", coco / "train2017", shard_size=2, progress=False,
                   name=str(tmp_path / "hf"))
     assert [s["sha256"] for s in read_manifest(tmp_path / "res")["shards"]] == full_hashes
@@ -245,7 +256,7 @@ def test_prepare_trohn_img_partner_is_the_generated_image(coco, tmp_path):
     manifest = prepare_trohn(ds, tmp_path / "img", coco / "train2017", progress=False, name="fixture")
     assert manifest["features"] == {"negatives": "trohn-img", "labels": "dataset", "images": True,
                                     "grouped": False, "partner": "generated"}
-    got = samples(tmp_path / "img")
+    got = sorted(samples(tmp_path / "img"), key=lambda s: s.key)
     assert [s.key for s in got] == ["trohnimg000000000", "trohnimg000000001", "trohnimg000000002"]
     for i, s in enumerate(got):
         assert s.partner.kind == "generated" and s.partner.negative_index == 0

@@ -8,10 +8,11 @@
 2. Items are read in order and cut into chunks; each chunk's captions go to a worker (or run
    inline with `workers=1`), which parses them once and returns their negatives. Caption `i` of
    the input always uses seed `(seed, i)`, so output does not depend on chunking or workers.
-3. The main process writes samples in input order through `ShardSetWriter`; a killed run
-   resumes after the last complete shard (`inputs_done` items are skipped, not re-parsed) and
-   produces byte-identical shards. Shard inputs are copied member by member (images are never
-   decoded) with `neg.json` added; rule negatives already there are replaced, others kept.
+3. The main process writes samples (text inputs in a seeded permutation, `datagen.order`)
+   through `ShardSetWriter`; a killed run resumes after the last complete shard (`inputs_done`
+   items are skipped, not re-parsed) and produces byte-identical shards. Shard inputs are
+   copied member by member (images are never decoded) with `neg.json` added; rule negatives
+   already there are replaced, others kept.
 4. Empty, non-English and over-long captions are skipped and counted: text inputs record them in
    the manifest's `skipped`, shard inputs keep the sample without negatives.
 5. With `images` (a `datagen.prepare.imagefiles.ImageFiles`), each text item's image file
@@ -36,6 +37,7 @@ from typing import Any, Iterator, Optional
 from datagen.captions_io import CaptionItem, read_items
 from datagen.imageio import BadImage
 from datagen.negatives.base import Coverage
+from datagen.order import order_for_input, shuffled
 from datagen.negatives.rules import RuleNegativeGenerator, select_kinds
 from datagen.negatives.text import view
 from datagen.negatives.vocab import Vocabulary
@@ -99,12 +101,14 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
                  image_col: Optional[str] = None, caption_col: Optional[str] = None,
                  limit: Optional[int] = None, stop_after: Optional[int] = None,
                  images=None, skip_missing: bool = False,
-                 splits: Optional[list[str]] = None) -> dict[str, Any]:
+                 splits: Optional[list[str]] = None, select=None) -> dict[str, Any]:
     """Generate negatives for every caption of `input_path` into the shard set `out_dir`.
 
     `limit` caps the input items read; `stop_after` stops (without closing the set) after that
     many items of this run, as a kill would: for tests of resume. `images`, `skip_missing`,
-    `splits`: see point 5 of the module docstring.
+    `splits`: see point 5 of the module docstring. Order: `datagen.order.order_for_input`
+    (captions are written in a seeded permutation); `select` filters the items (e.g. benchmark
+    images out, `datagen.prepare.exclude`).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -117,10 +121,14 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
     if splits:
         features["splits"] = sorted(splits)
 
+    order, permute = order_for_input(input_path, seed)
+
     def items() -> Iterator[CaptionItem]:
         it = read_items(input_path, image_col=image_col, caption_col=caption_col)
         if splits:
             it = (x for x in it if x.meta.get("split") in splits)
+        it = select(it) if select is not None else it
+        it = iter(shuffled(it, seed)) if permute else it
         return islice(it, limit) if limit is not None else it
 
     vocab_file = out_dir / VOCAB_FILE
@@ -129,7 +137,7 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
                  else build_vocabulary(items(), vocab_sample, max_words))
         vocab.to_json(vocab_file)
 
-    writer = ShardSetWriter(out_dir, max_count=shard_size, features=features)
+    writer = ShardSetWriter(out_dir, max_count=shard_size, features=features, order=order)
     if writer.manifest.get("complete"):
         return {"manifest": writer.manifest, "stats": _read_stats(out_dir), "resumed_from": None}
     done = writer.inputs_done

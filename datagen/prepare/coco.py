@@ -14,7 +14,11 @@ Two existing stages, chained, nothing re-implemented:
    `dataset_coco.json` (image files `<images_root>/<filepath>/<filename>`, i.e. the folder that
    holds `train2014/` and `val2014/`), filtered to `splits`. A missing image file stops the run
    with an error naming the file and the caption key, or with `skip_missing` is skipped and
-   counted. Resumable: rerun the same command.
+   counted. Resumable: rerun the same command. Captions are written in a seeded global
+   order (`datagen.order`, seed `seed`), so the captions of one image are not neighbours.
+   Benchmark images are left out by COCO id (`datagen.prepare.exclude`: Karpathy val + test,
+   COCO val2017, every scored benchmark under `benchmarks_root`) unless `keep_benchmark_images`;
+   the manifest records `excluded` / `exclusion`, and `image_ids.txt` lists the COCO ids kept.
 2. With `knn=K`: `datagen.knn.run_knn` embeds the images of stage 1's set, finds each image's K
    nearest neighbours and writes the final set (`nn.json`, `keys.tsv`). Stage 1 then goes to
    `base` (default `<out>_base`); a complete base set is reused as it is, so `base` may be an
@@ -26,8 +30,11 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from datagen.captions_io import read_items
+from datagen.prepare.exclude import (DEFAULT_BENCHMARKS_ROOT, Exclusion, benchmark_exclusion,
+                                     pin_exclusion, sibling_val2017)
 from datagen.prepare.imagefiles import ImageFiles
-from datagen.shards import read_manifest
+from datagen.shards import read_manifest, update_manifest
 
 
 def default_base(out_dir: str | Path) -> Path:
@@ -44,9 +51,14 @@ def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
                  vocab: Optional[str | Path] = None, knn: int = 0,
                  scorer_factory: Optional[Callable[[], Any]] = None,
                  base: Optional[str | Path] = None, knn_options: Optional[dict] = None,
-                 progress: bool = True, stop_after: Optional[int] = None) -> dict[str, Any]:
+                 progress: bool = True, stop_after: Optional[int] = None,
+                 benchmarks_root: Optional[str | Path] = DEFAULT_BENCHMARKS_ROOT,
+                 keep_benchmark_images: bool = False, karpathy_ref: Optional[str | Path] = None,
+                 val2017: Optional[str | Path] = None) -> dict[str, Any]:
     """Run stage 1 (and 2 with `knn`); returns the final set's manifest. `stop_after` stops
-    stage 1 after that many captions without closing the set, as a kill would (tests)."""
+    stage 1 after that many captions without closing the set, as a kill would (tests).
+    `karpathy_ref`: a Karpathy JSON naming val/test images to exclude (default: the input when
+    it is one); `val2017`: `captions_val2017.json` (default: one next to the input, if any)."""
     from datagen.negatives.pipeline import run_generate
     if (captions is None) == (karpathy is None):
         raise ValueError("give exactly one caption source: COCO captions JSON or Karpathy JSON")
@@ -57,12 +69,22 @@ def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
         _say(progress, f"prepare coco: {out_dir} is already complete")
         return read_manifest(out_dir)
     images = ImageFiles(images_root, max_side)
+    source = captions if captions is not None else karpathy
+    exclusion = benchmark_exclusion(
+        benchmarks_root, karpathy=karpathy_ref or karpathy, keep=keep_benchmark_images,
+        val2017=val2017 or sibling_val2017(source))
+    split_list = list(splits) if karpathy is not None else None
+    pin_exclusion(stage1, exclusion)
     _say(progress, f"prepare coco: captions + images + negatives -> {stage1}")
-    result = run_generate(captions if captions is not None else karpathy, stage1, kinds=kinds,
+    result = run_generate(source, stage1, kinds=kinds,
                           mode=mode, cap=cap, seed=seed, workers=workers, shard_size=shard_size,
                           vocab_path=vocab, progress=progress, limit=limit, stop_after=stop_after,
                           images=images, skip_missing=skip_missing,
-                          splits=list(splits) if karpathy is not None else None)
+                          splits=split_list, select=exclusion_filter(exclusion))
+    if result["manifest"].get("complete") and "excluded" not in result["manifest"]:
+        keys = exclusion_record(exclusion, source, split_list)
+        result["manifest"] = update_manifest(stage1, **keys)
+        _say(progress, f"prepare coco: {exclusion.summary(keys)}")
     _report(progress, stage1, result["manifest"])
     if stop_after is not None or not knn:
         return result["manifest"]
@@ -78,6 +100,25 @@ def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
     _say(progress, f"prepare coco: done; {out_dir} is complete" + (
         "" if base else f" (the stage-1 set {stage1} may be deleted)"))
     return manifest
+
+
+def exclusion_filter(exclusion: Exclusion):
+    """A `run_generate` `select`: caption items whose COCO image is not excluded."""
+    return lambda items: (it for it in items if exclusion.keeps(it.meta.get("coco_id")))
+
+
+def exclusion_record(exclusion: Exclusion, source: str | Path,
+                     splits: Optional[list[str]]) -> dict[str, Any]:
+    """The manifest keys for `source` (its images and the captions the exclusion dropped)."""
+    input_ids, dropped = set(), 0
+    for item in read_items(source):
+        if splits and item.meta.get("split") not in splits:
+            continue
+        coco_id = item.meta.get("coco_id")
+        if coco_id is not None:
+            input_ids.add(int(coco_id))
+        dropped += not exclusion.keeps(coco_id)
+    return exclusion.manifest_keys(input_ids, dropped)
 
 
 def _say(enabled: bool, message: str) -> None:

@@ -30,6 +30,14 @@ naming the dataset row and image id, or with `skip_missing` is skipped and count
 (`missing_image`, `corrupt_image`, `missing_negative_image`). Rows without a usable negative
 (empty, or equal to the caption after `normalise`) are skipped and counted (`no_negative`).
 The writer resumes after its last complete shard (units are skipped, not re-read).
+
+Units (rows, or groups) are written in a seeded global order (`datagen.order.permutation` over
+the units kept, seed `seed`; read back by random access), so the captions and negatives of one
+image are not neighbours. Each sample's `json` has `image_id` (the COCO file name) and `coco_id`
+(int). Units whose COCO image a scored benchmark uses are left out (`datagen.prepare.exclude`;
+TROHN's images are train2017, which VISLA-Spatial, ARO's VG part and Karpathy test partly use)
+unless `keep_benchmark_images`; the manifest records `excluded` / `exclusion`, and
+`image_ids.txt` the COCO ids kept.
 """
 from __future__ import annotations
 
@@ -43,7 +51,10 @@ from typing import Any, Optional
 
 import numpy as np
 
+from datagen.captions_io import coco_id_of_file
 from datagen.imageio import BadImage
+from datagen.order import permutation, shuffled_order
+from datagen.prepare.exclude import DEFAULT_BENCHMARKS_ROOT, benchmark_exclusion, pin_exclusion
 from datagen.negatives.base import normalise
 from datagen.prepare.imagefiles import (SKIP_CORRUPT, SKIP_MISSING, ImageFiles, MissingImage,
                                         image_bytes)
@@ -116,12 +127,30 @@ class Units:
     def __len__(self) -> int:
         return len(self._order) if self.group else self.n_rows
 
+    def first_rows(self) -> np.ndarray:
+        """The first dataset row of every unit (its image and caption), in unit order."""
+        if not self.group:
+            return np.arange(self.n_rows)
+        return self._rows[self._starts[self._order]]
+
     def rows(self, unit: int) -> list[int]:
         if not self.group:
             return [unit]
         g = self._order[unit]
         start = self._starts[g]
         return [int(r) for r in self._rows[start:start + self._counts[g]]]
+
+
+def _unit_coco_ids(ds, units: Units, batch: int = 100_000) -> np.ndarray:
+    """The COCO id of every unit's image (-1 when its file name is not a COCO name)."""
+    row_ids = np.empty(len(ds), np.int64)
+    i = 0
+    for chunk in ds.select_columns(["image_id"]).iter(batch_size=batch):
+        for image_id in chunk["image_id"]:
+            coco_id = coco_id_of_file(image_file(image_id))
+            row_ids[i] = -1 if coco_id is None else coco_id
+            i += 1
+    return row_ids[units.first_rows()]
 
 
 def _label_mode(ds, label: str) -> str:
@@ -144,7 +173,10 @@ def prepare_trohn(dataset: Any, out_dir: str | Path, images_root: str | Path, *,
                   max_side: Optional[int] = None, shard_size: int = 10_000,
                   max_bytes: int = 1 << 30, limit: Optional[int] = None, chunk: int = 512,
                   progress: bool = True, stop_after: Optional[int] = None,
-                  labeller=None) -> dict[str, Any]:
+                  labeller=None, seed: int = 0,
+                  benchmarks_root: Optional[str | Path] = DEFAULT_BENCHMARKS_ROOT,
+                  keep_benchmark_images: bool = False, karpathy_ref: Optional[str | Path] = None,
+                  val2017: Optional[str | Path] = None) -> dict[str, Any]:
     """Write TROHN-Text or TROHN-Img rows as a shard set; returns the manifest.
 
     `stop_after` stops after that many units of this run without closing the set, as a kill
@@ -166,14 +198,27 @@ def prepare_trohn(dataset: Any, out_dir: str | Path, images_root: str | Path, *,
         labeller = PairLabeller()
     images = ImageFiles(images_root, max_side)
     units = Units(ds, group)
-    total = min(len(units), limit) if limit is not None else len(units)
+    exclusion = benchmark_exclusion(benchmarks_root, karpathy=karpathy_ref, val2017=val2017,
+                                    keep=keep_benchmark_images)
+    pin_exclusion(out_dir, exclusion)
+    unit_ids = _unit_coco_ids(ds, units)
+    kept = np.array([u for u, c in enumerate(unit_ids) if exclusion.keeps(c if c >= 0 else None)],
+                    np.int64)
+    positions = kept[permutation(len(kept), seed)]
+    total = min(len(positions), limit) if limit is not None else len(positions)
     features = {"negatives": f"trohn-{flavour}", "labels": mode, "images": True, "grouped": group}
     if flavour == "img":
         features["partner"] = "generated"
-    writer = ShardSetWriter(out_dir, max_count=shard_size, max_bytes=max_bytes, features=features)
+    writer = ShardSetWriter(out_dir, max_count=shard_size, max_bytes=max_bytes, features=features,
+                            order=shuffled_order(seed))
     if writer.manifest.get("complete"):
         return writer.manifest
     writer.manifest["source"] = {"dataset": name, "split": split, "rows": len(ds), "units": total}
+    excluded = exclusion.manifest_keys({int(c) for c in unit_ids if c >= 0},
+                                       len(unit_ids) - len(kept))
+    writer.manifest.update(excluded)
+    if progress:
+        print(f"prepare trohn: {exclusion.summary(excluded)}", file=sys.stderr)
     done = writer.inputs_done
     stop = total if stop_after is None else min(total, done + stop_after)
     stats: dict[str, Any] = {"units": 0, "samples": 0, "skipped": Counter(), "labels": Counter(),
@@ -183,9 +228,10 @@ def prepare_trohn(dataset: Any, out_dir: str | Path, images_root: str | Path, *,
     t0 = time.perf_counter()
     try:
         for start in range(done, stop, chunk):
-            unit_rows = [units.rows(u) for u in range(start, min(start + chunk, stop))]
+            unit_rows = [units.rows(int(positions[p]))
+                         for p in range(start, min(start + chunk, stop))]
             flat = [r for rows in unit_rows for r in rows]
-            batch = ds[flat] if group else ds[flat[0]:flat[-1] + 1]
+            batch = ds[flat]
             records = {r: {c: batch[c][i] for c in batch} for i, r in enumerate(flat)}
             labels = _labels(records, mode, label, labeller, name)
             for rows in unit_rows:
@@ -280,6 +326,9 @@ def _write_unit(writer: ShardSetWriter, rows: list[int], records: dict[int, dict
         return reason
     meta = {"source": name, "split": split, "image_id": str(image_id), "image_path": rel,
             "negative_labels": mode}
+    coco_id = coco_id_of_file(rel)
+    if coco_id is not None:
+        meta["coco_id"] = coco_id
     if flavour == "text":
         meta["rows"] = rows
     else:

@@ -1,7 +1,9 @@
 """Training shard sets of the world, written with `ShardSetWriter` in the shard schema.
 
-Sample `i` is made from its own seed (`world-train:<seed>:<i>`) alone, so a resumed writer that
-skips `inputs_done` items produces a byte-identical set. A sample is a training-split scene
+Sample `i` is made from its own seed (`world-train:<seed>:<i>`) alone, and the samples are
+written in a seeded global order (`datagen.order.permutation(n, seed)`: position p holds sample
+`perm[p]`, key and `image_id` keep `i`), so a resumed writer that skips `inputs_done`
+positions produces a byte-identical set. A sample is a training-split scene
 (never a held-out composition, see splits.py), its rendered JPEG and caption, optionally hard
 negatives (edits.py; kind/subkind labelled, true by construction) and a partner:
 `generated` renders one negative caption's scene (`negative_index` points at it; the positive
@@ -19,6 +21,7 @@ from typing import Optional
 
 from PIL import ImageOps
 
+from datagen.order import permutation, shuffled_order
 from datagen.schema import Negative, Partner, ShardSample
 from datagen.shards import ShardSetWriter, read_manifest
 from datagen.world.edits import mirror_scene, negatives as make_negatives
@@ -108,20 +111,24 @@ def write_train_set(out_dir: str | Path, n: int, seed: int, split: Split, size: 
                 "partner": partner, "source": SOURCE, "seed": seed, "size": size, "samples": n}
     if (out_dir / "manifest.json").is_file():
         manifest = read_manifest(out_dir)
-        if manifest.get("complete") and manifest.get("features") == features:
+        if manifest.get("complete") and manifest.get("features") == features \
+                and manifest.get("order") == shuffled_order(seed):
             return manifest
-    writer = ShardSetWriter(out_dir, max_count=shard_size, features=features)
+    writer = ShardSetWriter(out_dir, max_count=shard_size, features=features,
+                            order=shuffled_order(seed))
     start, t0 = writer.inputs_done, time.time()
+    perm = permutation(n, seed)
     with writer:
-        for i in range(start, n):
+        for position in range(start, n):
+            i = int(perm[position])
             sample = make_sample(i, seed, split, size, with_negatives, partner)
             if partner and sample.partner is None:
                 writer.skip("no renderable partner")
             else:
                 writer.add(sample)
-            if progress and ((i + 1) % 250 == 0 or i + 1 == n):
-                rate = (i + 1 - start) / max(1e-6, time.time() - t0)
-                print(f"\r  {out_dir.name}: {i + 1}/{n} samples ({rate:.0f}/s)", end="",
+            if progress and ((position + 1) % 250 == 0 or position + 1 == n):
+                rate = (position + 1 - start) / max(1e-6, time.time() - t0)
+                print(f"\r  {out_dir.name}: {position + 1}/{n} samples ({rate:.0f}/s)", end="",
                       file=sys.stderr, flush=True)
     if progress:
         print(file=sys.stderr)

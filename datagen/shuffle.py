@@ -1,0 +1,153 @@
+"""A shard set rewritten in a seeded global random order, in bounded memory (two passes).
+
+    shuffle_shard_set("data/shards/big", "data/shards/big_shuffled", seed=0, buckets=64)
+    python -m datagen shuffle SRC OUT --seed 0 [--buckets N]
+
+For a set too large to hold in memory. Pass 1 reads every sample of SRC once, in order, and
+appends its raw members (bytes untouched) to one of N temporary bucket tar files under the work
+folder (default `OUT/.shuffle`), chosen by a seeded random draw per sample. Pass 2 loads one
+bucket at a time, shuffles its samples with a generator seeded by (seed, bucket), and writes them
+through `ShardSetWriter`. Uniform bucket choice followed by a uniform shuffle of each bucket gives
+a uniformly random permutation of the whole set, reproducible from the seed and N; memory holds
+one bucket (about total bytes / N; the default N aims at `BUCKET_BYTES` per bucket), disk holds
+one extra copy of SRC while it runs (the buckets are deleted at the end).
+
+Resumable: a finished pass 1 is recorded in `<work>/buckets.json` (seed, N, SRC's shard hashes)
+and reused; pass 2 resumes after the last complete output shard (the writer's `inputs_done`
+positions of the same order are skipped). A resume with another seed or N is refused in one line.
+The output manifest records `"order": {"shuffled": true, "seed": S, "method": "buckets",
+"buckets": N, "source": SRC}`, SRC's `features` and record of excluded benchmark images, and
+`shuffle` (samples, largest bucket); `image_ids.txt` is written anew.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any, Optional
+
+from datagen.order import rng, shuffled_order
+from datagen.shards import (CARRIED_KEYS, ShardSetWriter, iter_raw_samples, read_manifest,
+                            shard_urls)
+from models.checkpoint import atomic_write
+
+BUCKET_BYTES = 256 << 20
+BUCKETS_FILE = "buckets.json"
+
+
+def default_buckets(manifest: dict[str, Any], bucket_bytes: int = BUCKET_BYTES) -> int:
+    total = sum(s.get("bytes", 0) for s in manifest["shards"])
+    return max(1, math.ceil(total / bucket_bytes))
+
+
+def _bucket_path(work: Path, b: int) -> Path:
+    return work / f"bucket-{b:05d}.tar"
+
+
+def scatter(src: str | Path, work: Path, seed: int, buckets: int, progress: bool = True) -> list[int]:
+    """Pass 1: every sample of `src` into one of `buckets` tar files; returns samples per bucket."""
+    manifest = read_manifest(src)
+    done = work / BUCKETS_FILE
+    stamp = {"seed": seed, "buckets": buckets, "sources": [s["sha256"] for s in manifest["shards"]]}
+    if done.is_file():
+        info = json.loads(done.read_text())
+        if {k: info.get(k) for k in stamp} == stamp:
+            return info["counts"]
+    work.mkdir(parents=True, exist_ok=True)
+    draw = rng(seed, "shuffle-buckets")
+    tars = [tarfile.open(_bucket_path(work, b), "w", format=tarfile.USTAR_FORMAT)
+            for b in range(buckets)]
+    counts = [0] * buckets
+    total = sum(s["samples"] for s in manifest["shards"])
+    bar = _bar(progress, total, "shuffle pass 1")
+    try:
+        for url in shard_urls(src):
+            for raw in iter_raw_samples(url):
+                b = int(draw.integers(buckets))
+                for member, value in raw.items():
+                    if member.startswith("__"):
+                        continue
+                    info = tarfile.TarInfo(f"{raw['__key__']}.{member}")
+                    info.size, info.mtime = len(value), 0
+                    tars[b].addfile(info, io.BytesIO(value))
+                counts[b] += 1
+                if bar is not None:
+                    bar.update(1)
+    finally:
+        for tar in tars:
+            tar.close()
+        if bar is not None:
+            bar.close()
+    atomic_write(done, lambda f: json.dump({**stamp, "counts": counts}, f), "w")
+    return counts
+
+
+def shuffle_shard_set(src: str | Path, out: str | Path, seed: int = 0,
+                      buckets: Optional[int] = None, work_dir: Optional[str | Path] = None,
+                      max_count: int = 10_000, max_bytes: int = 1 << 30, progress: bool = True,
+                      stop_after: Optional[int] = None) -> dict[str, Any]:
+    """Write `src` into `out` in a seeded random order (see the module docstring); returns the
+    manifest. `stop_after` stops pass 2 after that many samples without closing, as a kill would."""
+    src, out = Path(src), Path(out)
+    src_manifest = read_manifest(src)
+    if not src_manifest.get("complete"):
+        raise ValueError(f"{src}: shard set is not complete (finish or resume the run that writes it)")
+    if src.resolve() == out.resolve():
+        raise ValueError(f"{out}: the output must be another folder than the input")
+    buckets = buckets or default_buckets(src_manifest)
+    if buckets < 1:
+        raise ValueError(f"--buckets must be at least 1, not {buckets}")
+    work = Path(work_dir) if work_dir else out / ".shuffle"
+    order = shuffled_order(seed, method="buckets", buckets=buckets, source=str(src))
+    writer = ShardSetWriter(out, max_count=max_count, max_bytes=max_bytes,
+                            features=src_manifest.get("features") or None, order=order)
+    if writer.manifest.get("complete"):
+        return writer.manifest
+    writer.manifest.update({k: src_manifest[k] for k in CARRIED_KEYS if k in src_manifest})
+    counts = scatter(src, work, seed, buckets, progress)
+    writer.manifest["shuffle"] = {"samples": sum(counts), "buckets": buckets,
+                                  "largest_bucket": max(counts)}
+    skip, written = writer.inputs_done, 0
+    bar = _bar(progress, sum(counts), "shuffle pass 2", skip)
+    position = 0
+    try:
+        for b, count in enumerate(counts):
+            if position + count <= skip:  # a bucket wholly in complete shards: not even read
+                position += count
+                continue
+            samples = list(iter_raw_samples(_bucket_path(work, b)))
+            if len(samples) != count:
+                raise ValueError(f"{_bucket_path(work, b)}: {len(samples)} samples, expected "
+                                 f"{count}; delete {work} and rerun")
+            for i in rng(seed, f"shuffle-bucket-{b}").permutation(count):
+                if position >= skip:
+                    if stop_after is not None and written >= stop_after:
+                        writer.__exit__(RuntimeError, None, None)
+                        return writer.manifest
+                    writer.add_raw(samples[int(i)])
+                    written += 1
+                    if bar is not None:
+                        bar.update(1)
+                position += 1
+            del samples
+    except BaseException as err:  # complete shards stay; the partial one goes
+        writer.__exit__(type(err), err, None)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    manifest = writer.close()
+    shutil.rmtree(work, ignore_errors=True)
+    return manifest
+
+
+def _bar(enabled: bool, total: int, desc: str, initial: int = 0):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, initial=initial, unit="sample", unit_scale=True, desc=desc,
+                file=sys.stderr)
