@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES, OPENAI_IMAGENET_TEMPLATES, SIMPLE_IMAGENET_TEMPLATES
 
 from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, Problem, files_problem
 from eval.images import ArrayImage, FileImage
@@ -53,6 +52,7 @@ def load_cifar(root: Path, which: str):
 
 
 def load_imagenet(root: Path):
+    from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES  # open_clip imported only when scoring
     from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
     classes, class_to_idx = find_classes(str(root))
     if len(classes) != len(IMAGENET_CLASSNAMES):
@@ -95,6 +95,7 @@ class ZeroShot(Benchmark):
         self.notes += self.skip_notes
         if not present:
             raise DataError(f"zeroshot: no dataset left to score ({'; '.join(self.skip_notes)})")
+        from open_clip.zero_shot_metadata import OPENAI_IMAGENET_TEMPLATES, SIMPLE_IMAGENET_TEMPLATES
         templates = self.options.get("templates", "openai")
         self.templates = SIMPLE_IMAGENET_TEMPLATES if templates == "simple" else OPENAI_IMAGENET_TEMPLATES
         limit = self.options.get("max_images")
