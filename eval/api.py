@@ -8,16 +8,27 @@
 `<benchmark>/<metric>` names, one embedding cache shared by all benchmarks of the call, so a
 text or image common to several benchmarks is encoded once. `run` returns the full
 `BenchmarkResult`s for reports (`eval.report.write_reports`).
+
+Data checks, for a start-up check before any model is loaded (no model, no scoring; file
+existence, recorded download checksums, and annotation files read to list the images they need):
+
+    problems = missing_data(["visla", "aro"], "data/")   # [] when everything is there
+    check_data(["visla", "aro"], "data/")                # raises MissingData listing every problem
+
+`run` calls `check_data` for the benchmarks it has not loaded yet before scoring any of them.
 """
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from typing import Optional
 
-from eval.benchmarks.base import BenchmarkResult
+from eval.benchmarks.base import BenchmarkResult, DataError, MissingData, Problem
 from eval.cache import EmbeddingCache
-from eval.registry import get_benchmark
+from eval.registry import get_benchmark, list_benchmarks
+
+__all__ = ["MissingData", "check_data", "evaluate", "flatten", "missing_data", "run"]
 
 log = logging.getLogger(__name__)
 _LOADED: dict[tuple, object] = {}  # loaded benchmarks, reused by later calls (the trainer's epochs)
@@ -26,23 +37,95 @@ _LOADED: dict[tuple, object] = {}  # loaded benchmarks, reused by later calls (t
 def load_benchmark(name: str, data_root: str, require_images: bool, options: dict, reuse: bool = True):
     """A loaded benchmark; with `reuse`, one loaded earlier in this process with the same
     arguments is returned (files are read and captions tagged once per process, not per epoch)."""
-    key = (name, str(data_root), require_images, json.dumps(options, sort_keys=True, default=str))
+    key = _key(name, data_root, require_images, options)
     if not reuse or key not in _LOADED:
         _LOADED[key] = get_benchmark(name).load(data_root, require_images=require_images, **options)
     return _LOADED[key]
 
 
+def _key(name: str, data_root, require_images: bool, options: dict) -> tuple:
+    return (name, str(data_root), require_images, json.dumps(options, sort_keys=True, default=str))
+
+
+def _validate_names(benchmarks: list[str], options: Optional[dict]) -> dict:
+    known = list_benchmarks()
+    unknown = [b for b in benchmarks if b not in known]
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {unknown}; known: {', '.join(known)}")
+    options = options or {}
+    extra = set(options) - set(benchmarks)
+    if extra:
+        raise ValueError(f"options given for benchmark(s) not requested: {sorted(extra)}")
+    return options
+
+
+def problems(benchmarks: list[str], data_root, options: Optional[dict] = None,
+             require_images: bool = True) -> list[Problem]:
+    """Every `Problem` of every benchmark asked for (see `missing_data`)."""
+    return _check(benchmarks, data_root, options, require_images)[0]
+
+
+def _check(benchmarks: list[str], data_root, options: Optional[dict] = None,
+           require_images: bool = True) -> tuple[list[Problem], list[str]]:
+    if not data_root:
+        raise ValueError("data_root is required (the folder holding the benchmarks, see docs/benchmark_data.md)")
+    options = _validate_names(list(benchmarks), options)
+    out: list[Problem] = []
+    skipped: list[str] = []
+    for name in dict.fromkeys(benchmarks):
+        cls = get_benchmark(name)
+        if cls.needs_images and not require_images:
+            continue  # a text-only scorer skips it: nothing of it is needed
+        try:
+            found, notes = cls.check(data_root, require_images, **options.get(name, {}))
+            out += found
+            skipped += notes
+        except DataError as e:  # present but unreadable: a data problem like a missing file
+            out.append(Problem(name, f"malformed: {e}", str(data_root), DOWNLOAD_TARGET.get(name, name), force=True))
+    merged: dict[tuple, Problem] = {}  # the same file missing for two benchmarks: one line naming both
+    for p in out:
+        key = (p.what, p.command)
+        merged[key] = replace(merged[key], benchmark=f"{merged[key].benchmark}, {p.benchmark}") if key in merged else p
+    return list(merged.values()), skipped
+
+
+DOWNLOAD_TARGET = {"visla_lexical": "visla", "left_right": "aro"}
+
+
+def missing_data(benchmarks: list[str], data_root, options: Optional[dict] = None,
+                 require_images: bool = True) -> list[str]:
+    """One line per problem (the missing or changed file / folder, and the command that fetches
+    it, or the manual step), empty when everything the benchmarks need is there.
+
+    Loads no model and scores nothing: it checks files exist, verifies the checksums recorded at
+    download, and reads annotation files only to list the images they refer to. With
+    `require_images=False` (a text-only scorer) image-only benchmarks are not checked, as
+    `run` would skip them. Parts that need a manual licence step (ARO / retrieval Flickr30k,
+    zero-shot ImageNet) are not missing unless named in the options; they are skipped with a
+    note when scored. Unknown benchmark names or options raise ValueError."""
+    return [p.line() for p in problems(benchmarks, data_root, options, require_images)]
+
+
+def check_data(benchmarks: list[str], data_root, options: Optional[dict] = None,
+               require_images: bool = True) -> None:
+    """Raise `MissingData` (a ValueError) listing every problem of every benchmark at once."""
+    found, skipped = _check(benchmarks, data_root, options, require_images)
+    if found:
+        raise MissingData(found, data_root, skipped)
+
+
 def run(scorer, benchmarks: list[str], data_root: str, options: Optional[dict[str, dict]] = None,
         progress: bool = True, per_instance: bool = False, batch_size: int = 256,
         reuse: bool = True) -> dict[str, BenchmarkResult]:
-    """Load and score each benchmark; a text-only scorer skips image-only benchmarks with a note."""
+    """Check every benchmark's data (`MissingData` lists all problems before anything is
+    encoded), then load and score each; a text-only scorer skips image-only benchmarks with a note."""
+    options = _validate_names(list(benchmarks), options)
     if not data_root:
         raise ValueError("data_root is required (the folder holding the benchmarks, see docs/benchmark_data.md)")
-    options = options or {}
-    unknown = set(options) - set(benchmarks)
-    if unknown:
-        raise ValueError(f"options given for benchmark(s) not requested: {sorted(unknown)}")
     cache = scorer if isinstance(scorer, EmbeddingCache) else EmbeddingCache(scorer, batch_size, progress)
+    images = cache.supports_images
+    unchecked = [b for b in benchmarks if not (reuse and _key(b, data_root, images, options.get(b, {})) in _LOADED)]
+    check_data(unchecked, data_root, {b: o for b, o in options.items() if b in unchecked}, images)
     results = {}
     for name in benchmarks:
         cls = get_benchmark(name)
@@ -53,6 +136,8 @@ def run(scorer, benchmarks: list[str], data_root: str, options: Optional[dict[st
             continue
         bench = load_benchmark(name, data_root, cache.supports_images, options.get(name, {}), reuse)
         results[name] = bench.score(cache, per_instance=per_instance)
+        if cache.precision != "fp32":
+            results[name].notes.append(f"{name}: scored in {cache.precision} (towers and score arithmetic)")
         for note in results[name].notes:
             log.info(note)
     return results

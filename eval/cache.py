@@ -4,7 +4,9 @@
 items freely (the same caption in several triplets, the same COCO image in SugarCrepe and
 SugarCrepe++). Items not seen before are encoded in batches of `batch_size`; texts are keyed by
 the string, images by `ref.key` (file and crop box, dataset row, ...). Identical inputs thus get
-bit-identical embeddings, which makes the benchmarks' exact-tie rules meaningful.
+bit-identical embeddings, which makes the benchmarks' exact-tie rules meaningful. Embeddings are
+kept in the scorer's precision (`scorer.precision`, fp32 unless set), so the benchmarks' score
+arithmetic runs in it too.
 """
 from __future__ import annotations
 
@@ -24,6 +26,15 @@ class EmbeddingCache:
         self.workers = workers  # threads opening (decoding, cropping) images; PIL releases the GIL
         self._texts: dict[str, Tensor] = {}
         self._images: dict[object, Tensor] = {}
+
+    @property
+    def precision(self) -> str:
+        return getattr(self.scorer, "precision", "fp32")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        from eval.precision import dtype_of
+        return dtype_of(self.precision)
 
     @property
     def supports_images(self) -> bool:
@@ -55,14 +66,13 @@ class EmbeddingCache:
         bar = tqdm(total=len(items), desc=f"encode {what}", unit=what[:-1],
                    disable=not self.progress, leave=False)
         for i in range(0, len(items), self.batch_size):
-            emb = encode(items[i:i + self.batch_size]).float().cpu()
+            emb = encode(items[i:i + self.batch_size]).to(self.dtype).cpu()
             store.update(zip(keys[i:i + self.batch_size], emb))
             bar.update(len(emb))
         bar.close()
 
-    @staticmethod
-    def _stack(store: dict, keys: list) -> Tensor:
-        return torch.stack([store[k] for k in keys]) if keys else torch.empty(0)
+    def _stack(self, store: dict, keys: list) -> Tensor:
+        return torch.stack([store[k] for k in keys]) if keys else torch.empty(0, dtype=self.dtype)
 
 
 def as_cache(scorer_or_cache, progress: bool = True) -> EmbeddingCache:

@@ -9,7 +9,13 @@
 Each `--model` pairs with the `--pretrained` at the same position (`none` for random weights);
 models load through `models.load_model` (QuickGELU guard included). `--text-model minilm` (or a
 sentence-transformers folder) adds a text-only scorer. All models are scored on the same
-benchmarks and reported side by side (`eval.report`).
+benchmarks and reported side by side (`eval.report`). `--precision fp16` scores as the ARO /
+SugarCrepe++ reference scripts do for OpenAI CLIP and NegCLIP (`eval.precision`).
+
+Before any model is loaded, every requested benchmark's files are checked
+(`eval.api.check_data`): what is missing is printed as one message listing each file and the
+command that fetches it, and the command exits with status 2 (also for malformed files, unknown
+benchmark names and bad options).
 """
 from __future__ import annotations
 
@@ -31,18 +37,35 @@ def _scorers(args):
         tag = None if tag in (None, "none", "") else tag
         loaded = load_model(arch, tag, lineage=args.lineage, device=args.device)
         label = labels[i] if i < len(labels) else f"{arch}:{tag or 'random'}"
-        yield label, OpenClipScorer.from_loaded(loaded, name=label, batch_size=args.batch_size, device=args.device)
+        yield label, OpenClipScorer.from_loaded(loaded, name=label, batch_size=args.batch_size, device=args.device,
+                                                precision=args.precision)
     for j, text_model in enumerate(args.text_model or []):
-        scorer = SentenceTransformerScorer.minilm() if text_model == "minilm" else \
-            SentenceTransformerScorer(text_model, device=args.device)
+        scorer = SentenceTransformerScorer.minilm(precision=args.precision) if text_model == "minilm" else \
+            SentenceTransformerScorer(text_model, device=args.device, precision=args.precision)
         i = len(models) + j
         yield (labels[i] if i < len(labels) else scorer.name), scorer
 
 
+def _options(text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        options = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--options is not valid JSON ({e})") from None
+    if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):
+        raise ValueError('--options must be a JSON object of objects, e.g. \'{"aro": {"seeds": [0, 1]}}\'')
+    return options
+
+
 def cmd_score(args) -> int:
-    from eval.api import flatten, run
+    from eval.api import check_data, flatten, run
     from eval.report import write_reports
-    options = json.loads(args.options) if args.options else {}
+    if not (args.model or args.text_model):
+        raise SystemExit("error: give at least one --model or --text-model")
+    options = _options(args.options)
+    # every file of every benchmark, before any model is loaded (image scorers need the images)
+    check_data(args.benchmarks, args.data_root, options, require_images=bool(args.model))
     results = {}
     for label, scorer in _scorers(args):
         logging.info("scoring %s", label)
@@ -50,8 +73,6 @@ def cmd_score(args) -> int:
                              per_instance=args.per_instance, batch_size=args.batch_size)
         for k, v in flatten(results[label]).items():
             print(f"{label}\t{k}\t{v:.4f}")
-    if not results:
-        raise SystemExit("error: give at least one --model or --text-model")
     if args.out:
         written = write_reports(results, args.out, per_instance=args.per_instance, plots=not args.no_plots)
         print(f"reports written to {args.out}: {', '.join(p.name for p in written.values())}")
@@ -69,7 +90,11 @@ def cmd_list(args) -> int:
 
 def cmd_download(args) -> int:
     from eval.download import download
-    download(args.benchmarks, args.data_root, images=args.images, force=args.force)
+    try:
+        download(args.benchmarks, args.data_root, images=args.images, force=args.force)
+    except RuntimeError as e:  # every failed file, listed once
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -89,6 +114,9 @@ def main(argv=None) -> int:
     s.add_argument("--per-instance", action="store_true")
     s.add_argument("--batch-size", type=int, default=256)
     s.add_argument("--device", default="cpu")
+    s.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"],
+                   help="towers and score arithmetic (fp16: as the ARO / SugarCrepe++ reference scripts "
+                        "score OpenAI CLIP and NegCLIP on CUDA; see docs/eval.md)")
     s.add_argument("--no-plots", action="store_true")
     s.add_argument("--quiet", action="store_true")
     s.set_defaults(fn=cmd_score)
@@ -101,4 +129,12 @@ def main(argv=None) -> int:
     d.set_defaults(fn=cmd_download)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    return args.fn(args)
+    from eval.benchmarks.base import MissingData
+    try:
+        return args.fn(args)
+    except MissingData as e:  # one message listing every problem; no traceback
+        print(str(e), file=sys.stderr)
+        return 2
+    except (ValueError, KeyError) as e:  # bad input (names, options, malformed files): one line
+        print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 2

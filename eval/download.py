@@ -1,13 +1,28 @@
 """`python -m eval download`: fetch each benchmark from its official source into a data root.
 
-`SOURCES` is the whole table: GitHub files pinned to a commit (raw.githubusercontent.com), with
-the sha256 of the files that are fixed (those of `../shared/benchmarks/SHA256SUMS`); the ARO
-annotation files and image zip from the Google Drive ids its reference loaders use; the Karpathy
-test splits from the BLIP bucket ARO reads; COCO image zips; CIFAR tarballs (md5 as torchvision
-checks); the Hugging Face dataset `imirandam/BiVLC` at a pinned revision, saved with
-`save_to_disk`. Large image archives are fetched only with `--images`. Files are written to a
-temporary name, checked, then renamed; a present file with a wrong checksum is fetched again.
-Flickr30k and ImageNet images need a licence sign-up: the command prints where to put them.
+`SOURCES` is the whole table: GitHub files pinned to a full 40-character commit
+(raw.githubusercontent.com), with the sha256 of the files that are fixed (those of
+`../shared/benchmarks/SHA256SUMS`); the ARO annotation files and image zip from the Google Drive
+ids its reference loaders use; the Karpathy test splits from the BLIP bucket ARO reads; COCO
+image zips; CIFAR tarballs (md5 as torchvision checks); the Hugging Face dataset
+`imirandam/BiVLC` at a pinned revision, saved with `save_to_disk`. Large image archives are
+fetched only with `--images`. Files are written to a temporary name, checked, then renamed; a
+present file with a wrong checksum is fetched again. Google Drive and BLIP-bucket files have no
+published checksum: the sha256 and size of every file and archive fetched are recorded in the
+data root (`eval.checksums`) and checked on every later use and every later download, so a
+truncated file or an upstream change is caught. Flickr30k and ImageNet images need a licence
+sign-up: the command prints where to put them.
+
+Pins: SugarCrepe `0047054b243992f0fad63d6f64f7544862daf846` and SugarCrepe++
+`c083bbf039a5ca215acaf25e7ee736d2ea6f3864` (full hashes found in the stored repositories).
+VISLA stays at the short `adedd6974a34`: its full hash could not be established from here (the
+stored copy of Sri-Harsha/visla_benchmark has only older commits), and GitHub resolves the
+short form; the sha256 pins of both files fix their content whatever the commit string.
+BiVLC: revision `0c504074819f3fa83d5d3f37018f8b43c05bda82` (17 June 2024), the last commit
+before the dataset was re-uploaded (`618ad54`, "Upload dataset"): it serves the parquet files
+uploaded with the paper (`test-0000{0,1}-of-00002-<hash>.parquet`) and the finished dataset
+card; the re-upload's full hash is not known here and its content is unverified against the
+paper's numbers.
 """
 from __future__ import annotations
 
@@ -23,12 +38,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
+from eval import checksums
+from eval.checksums import digest
+
 log = logging.getLogger(__name__)
 
-GITHUB = {  # repository @ commit, as pinned in ../shared/benchmarks/README.md
-    "visla": ("Sri-Harsha/visla_benchmark", "adedd6974a34"),
-    "sugarcrepe": ("RAIVNLab/sugar-crepe", "0047054b2439"),
-    "sugarcrepe_pp": ("Sri-Harsha/scpp", "c083bbf039a5"),
+GITHUB = {  # repository @ commit (../shared/benchmarks/README.md names their 12-character prefixes)
+    "visla": ("Sri-Harsha/visla_benchmark", "adedd6974a34"),  # full hash not established here
+    "sugarcrepe": ("RAIVNLab/sugar-crepe", "0047054b243992f0fad63d6f64f7544862daf846"),
+    "sugarcrepe_pp": ("Sri-Harsha/scpp", "c083bbf039a5ca215acaf25e7ee736d2ea6f3864"),
 }
 SHA256 = {
     "sugarcrepe/add_att.json": "012d88d729693d193760e6f3393b06a1cf874380a9db0062e937201199fe044d",
@@ -46,7 +64,7 @@ SHA256 = {
     "visla/Generic_VISLA.tsv": "99cad867a688d70af10e08ed2548720c95f88d774fb3e5e41bf6fddcab3fc6a6",
     "visla/Spatial_VISLA.tsv": "f1ec14db70183bf6748cf71324e98062f9f7c395d8202f60dbfabb7a6f1ab891",
 }
-BIVLC_REPO, BIVLC_REVISION = "imirandam/BiVLC", "69d8982f28ffcdcc57982f3cf3ebbde514e519e3"
+BIVLC_REPO, BIVLC_REVISION = "imirandam/BiVLC", "0c504074819f3fa83d5d3f37018f8b43c05bda82"
 DRIVE = "https://drive.usercontent.google.com/download?id={}&export=download&confirm=t"
 BLIP = "https://storage.googleapis.com/sfr-vision-language-research/datasets/{}"
 COCO = "http://images.cocodataset.org/zips/{}.zip"
@@ -84,6 +102,7 @@ def _sources() -> list[Source]:
             Source("aro", "aro/coco_images", COCO.format("val2014"), "zip", images=True)]  # -> aro/coco_images/val2014/
     for bench in ("aro", "retrieval"):
         out += [Source(bench, f"{bench}/{f}", BLIP.format(f)) for f in ("coco_karpathy_test.json", "flickr30k_test.json")]
+    out.append(Source("retrieval", "aro/coco_images", COCO.format("val2014"), "zip", images=True))  # shared with ARO
     out += [Source("zeroshot", "zeroshot", "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz", "tar",
                    md5="c58f30108f718f92721af3b95e74349a"),
             Source("zeroshot", "zeroshot", "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz", "tar",
@@ -96,18 +115,11 @@ DIAGNOSTIC_DATA = {"visla_lexical": ["visla"], "left_right": ["aro"]}
 MANUAL = {
     "aro": "Flickr30k images need a sign-up (https://forms.illinois.edu/sec/229675): put them under "
            "<root>/aro/flickr30k_images/flickr30k-images/",
-    "retrieval": "COCO val2014 and Flickr30k images are read from <root>/aro/coco_images and "
-                 "<root>/aro/flickr30k_images (python -m eval download aro --images)",
+    "retrieval": "COCO val2014 images are read from <root>/aro/coco_images (fetched with --images); Flickr30k "
+                 "images need a sign-up (https://forms.illinois.edu/sec/229675): put them under "
+                 "<root>/aro/flickr30k_images/flickr30k-images/",
     "zeroshot": "ImageNet needs a licence: put the validation set as <root>/zeroshot/imagenet/val/<wnid>/*.JPEG",
 }
-
-
-def digest(path: Path, algo: str = "sha256") -> str:
-    h = hashlib.new(algo)
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def fetch(url: str, dest: Path) -> None:
@@ -125,10 +137,19 @@ def _check(src: Source, path: Path) -> Optional[str]:
     return None
 
 
+def _check_recorded(recorded: Optional[dict], path: Path, what: str) -> Optional[str]:
+    """None if `path` matches the checksum recorded at its first download (or none is)."""
+    if recorded and (got := digest(path)) != recorded["sha256"]:
+        return (f"{what}: sha256 {got} differs from {recorded['sha256']} recorded at its first download "
+                f"(the file changed upstream; delete its entry in {checksums.RECORD} to accept it)")
+    return None
+
+
 def _get_file(src: Source, root: Path, force: bool) -> None:
     dest = root / src.dest
+    recorded = checksums.read(root)["files"].get(src.dest)
     if dest.is_file() and not force:
-        problem = _check(src, dest)
+        problem = _check(src, dest) or checksums.changed(root, src.dest)
         if problem is None:
             log.info("ok      %s", dest)
             return
@@ -139,10 +160,13 @@ def _get_file(src: Source, root: Path, force: bool) -> None:
     try:
         log.info("fetch   %s -> %s", src.url, dest)
         fetch(src.url, Path(tmp))
-        problem = _check(src, Path(tmp))
+        problem = _check(src, Path(tmp)) or _check_recorded(recorded, Path(tmp), f"{dest} <- {src.url}")
         if problem:
             raise ValueError(f"download check failed: {problem}")
         os.replace(tmp, dest)
+        if not recorded:
+            checksums.record(root, "files", src.dest, {"sha256": digest(dest), "size": dest.stat().st_size,
+                                                        "url": src.url})
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -155,12 +179,13 @@ def _get_archive(src: Source, root: Path, force: bool) -> None:
         log.info("ok      %s (unpacked)", target)
         return
     target.mkdir(parents=True, exist_ok=True)
+    recorded = checksums.read(root)["archives"].get(src.url)
     fd, tmp = tempfile.mkstemp(dir=target, prefix=".archive.")
     os.close(fd)
     try:
         log.info("fetch   %s -> %s", src.url, target)
         fetch(src.url, Path(tmp))
-        problem = _check(src, Path(tmp))
+        problem = _check(src, Path(tmp)) or _check_recorded(recorded, Path(tmp), src.url)
         if problem:
             raise ValueError(f"download check failed: {problem}")
         if src.kind == "zip":
@@ -169,6 +194,9 @@ def _get_archive(src: Source, root: Path, force: bool) -> None:
         else:
             with tarfile.open(tmp) as t:
                 t.extractall(target, filter="data")
+        if not recorded:
+            checksums.record(root, "archives", src.url, {"sha256": digest(Path(tmp)), "size": os.path.getsize(tmp),
+                                                          "dest": src.dest})
         stamp.touch()
     finally:
         os.remove(tmp)

@@ -1,6 +1,7 @@
 """Metric rules shared by the benchmarks, exactly as the reference code defines them.
 
-All similarities are dot products of L2-normalised fp32 embeddings (cosine similarity). Strict
+All similarities are dot products of L2-normalised embeddings (cosine similarity), computed in
+the embeddings' precision (fp32 by default; fp16 / bf16 with `--precision`, see `eval.precision`). Strict
 comparisons (`>`) count a tie as wrong (VISLA, SugarCrepe, SugarCrepe++, BiVLC). ARO scores by
 `numpy.argmax`, which returns the first maximum: with options [false, true] (VG-Relation,
 VG-Attribution) a tie picks the false caption (wrong); with [true, perturbations...] (Order) a
@@ -16,18 +17,22 @@ from torch import Tensor
 
 
 def rowwise_sim(a: Tensor, b: Tensor) -> np.ndarray:
-    """s(a_i, b_i) for paired rows."""
-    return (a * b).sum(-1).numpy()
+    """s(a_i, b_i) for paired rows, computed in the embeddings' dtype (fp16 / bf16 when scoring at
+    that precision, so the scores are rounded to that grid) and returned as float32 numpy values
+    (exact: every fp16 / bf16 value is a float32 value, so ties are kept)."""
+    return (a * b).sum(-1).float().numpy()
 
 
 def triplet_correct(p1: Tensor, p2: Tensor, n: Tensor, image: Optional[Tensor] = None) -> dict[str, np.ndarray]:
     """VISLA / SugarCrepe++ per-item correctness (strict).
 
-    t2t: s(P1,P2) > s(P1,N) and s(P1,P2) > s(P2,N); with an image, i2t: s(I,P1) > s(I,N) and
-    s(I,P2) > s(I,N), p1_n / p2_n the single comparisons.
+    Text only (every scorer): t2t: s(P1,P2) > s(P1,N) and s(P1,P2) > s(P2,N); its two halves
+    t2t_p1_n: s(P1,P2) > s(P1,N) and t2t_p2_n: s(P1,P2) > s(P2,N) (the text-only P1-N / P2-N
+    columns: the comparison the reference's ULM script names `p1_p2 > p1_ref` / `p1_p2 > p2_ref`).
+    With an image: i2t: s(I,P1) > s(I,N) and s(I,P2) > s(I,N); p1_n / p2_n its single comparisons.
     """
     s_pp, s_1n, s_2n = rowwise_sim(p1, p2), rowwise_sim(p1, n), rowwise_sim(p2, n)
-    out = {"t2t": (s_pp > s_1n) & (s_pp > s_2n)}
+    out = {"t2t": (s_pp > s_1n) & (s_pp > s_2n), "t2t_p1_n": s_pp > s_1n, "t2t_p2_n": s_pp > s_2n}
     if image is not None:
         s_i1, s_i2, s_in = rowwise_sim(image, p1), rowwise_sim(image, p2), rowwise_sim(image, n)
         out = {"i2t": (s_i1 > s_in) & (s_i2 > s_in), "p1_n": s_i1 > s_in, "p2_n": s_i2 > s_in, **out}
@@ -56,7 +61,7 @@ def bivlc_correct(c0: Tensor, c1: Tensor, i0: Tensor, i1: Tensor) -> dict[str, n
 
 def option_scores(image: Tensor, options: Tensor) -> np.ndarray:
     """[N, K] scores of N images against their K caption options ([N, K, D])."""
-    return torch.einsum("nd,nkd->nk", image, options).numpy()
+    return torch.einsum("nd,nkd->nk", image, options).float().numpy()
 
 
 def argmax_correct(scores: np.ndarray, answer: int) -> np.ndarray:

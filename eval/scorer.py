@@ -1,7 +1,9 @@
 """The scorer interface every benchmark scores through.
 
-A `TextScorer` embeds texts; a `Scorer` also embeds images. Embeddings are fp32, L2-normalised,
-one row per input, so cosine similarity is a dot product. Benchmarks only ever call
+A `TextScorer` embeds texts; a `Scorer` also embeds images. Embeddings are L2-normalised, one row
+per input, so cosine similarity is a dot product; they are fp32 unless the scorer was built with
+`precision="fp16"` / `"bf16"` (`eval.precision`: the towers run on a copy of the model at that
+precision and the embeddings, and so every score computed from them, stay in it). Benchmarks only ever call
 `encode_texts` / `encode_images`, so a CLIP model (from a tag, a checkpoint, or the model being
 trained), or a unimodal sentence encoder, all score the same way; benchmarks that need images
 check `supports_images` and skip text-only scorers with a note.
@@ -16,14 +18,21 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import Tensor, nn
 
+from eval.precision import dtype_of, lowered_copy
+
 
 class TextScorer(ABC):
     name: str = "scorer"
     supports_images: bool = False
+    precision: str = "fp32"  # the embeddings' (and so the scores') precision: fp32, fp16, bf16
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return dtype_of(self.precision)
 
     @abstractmethod
     def encode_texts(self, texts: Sequence[str]) -> Tensor:
-        """[len(texts), D] fp32, L2-normalised."""
+        """[len(texts), D] in `dtype`, L2-normalised."""
 
 
 class Scorer(TextScorer):
@@ -31,16 +40,27 @@ class Scorer(TextScorer):
 
     @abstractmethod
     def encode_images(self, images: Sequence[Image.Image]) -> Tensor:
-        """[len(images), D] fp32, L2-normalised."""
+        """[len(images), D] in `dtype`, L2-normalised."""
 
 
 class OpenClipScorer(Scorer):
     """Scores with an open_clip model: loaded by `models.load_model`, or the one being trained."""
 
     def __init__(self, model: nn.Module, preprocess, tokenizer, name: str = "open_clip",
-                 batch_size: int = 256, device: str | torch.device = "cpu"):
+                 batch_size: int = 256, device: str | torch.device = "cpu", precision: str = "fp32"):
         self.model, self.preprocess, self.tokenizer = model, preprocess, tokenizer
         self.name, self.batch_size, self.device = name, batch_size, torch.device(device)
+        dtype_of(precision)  # unknown names fail here
+        self.precision = precision
+        self._low = None  # the reduced-precision copy, made at the first encode
+
+    def _model(self) -> nn.Module:
+        model = getattr(self.model, "module", self.model)
+        if self.precision == "fp32":
+            return model
+        if self._low is None:  # weights as they are now; a new scorer sees later training steps
+            self._low = lowered_copy(model, self.precision)
+        return self._low
 
     @classmethod
     def from_loaded(cls, loaded, **kwargs) -> "OpenClipScorer":
@@ -54,20 +74,21 @@ class OpenClipScorer(Scorer):
 
     def encode_images(self, images: Sequence[Image.Image]) -> Tensor:
         def encode(model, chunk):
-            return model.encode_image(torch.stack([self.preprocess(im) for im in chunk]).to(self.device))
+            pixels = torch.stack([self.preprocess(im) for im in chunk]).to(self.device, self.dtype)
+            return model.encode_image(pixels)
         return self._encode(images, encode)
 
     @torch.no_grad()
     def _encode(self, items: Sequence, encode) -> Tensor:
-        model = getattr(self.model, "module", self.model)
+        model = self._model()
         was_training = model.training
         model.eval()
         try:
-            out = [encode(model, items[i:i + self.batch_size]).float()
+            out = [encode(model, items[i:i + self.batch_size]).to(self.dtype)
                    for i in range(0, len(items), self.batch_size)]
         finally:
             model.train(was_training)  # scoring leaves the caller's train/eval state as it was
-        return F.normalize(torch.cat(out), dim=-1).cpu() if out else torch.empty(0)
+        return F.normalize(torch.cat(out), dim=-1).cpu() if out else torch.empty(0, dtype=self.dtype)
 
 
 class SentenceTransformerScorer(TextScorer):
@@ -78,11 +99,15 @@ class SentenceTransformerScorer(TextScorer):
     """
 
     def __init__(self, model, name: str | None = None, batch_size: int = 128,
-                 device: str | torch.device = "cpu"):
+                 device: str | torch.device = "cpu", precision: str = "fp32"):
         if isinstance(model, str):
             from sentence_transformers import SentenceTransformer
             name = name or model
             model = SentenceTransformer(model, device=str(device))
+        self.precision = precision
+        if precision != "fp32":  # a copy, so a model the caller holds keeps its weights
+            import copy
+            model = copy.deepcopy(model).to(dtype_of(precision))
         self.model, self.batch_size = model, batch_size
         self.name = name or type(model).__name__
 
@@ -95,7 +120,7 @@ class SentenceTransformerScorer(TextScorer):
     @torch.no_grad()
     def encode_texts(self, texts: Sequence[str]) -> Tensor:
         if not len(texts):
-            return torch.empty(0)
+            return torch.empty(0, dtype=self.dtype)
         emb = self.model.encode(list(texts), batch_size=self.batch_size, convert_to_tensor=True,
                                 show_progress_bar=False)
-        return F.normalize(emb.float().cpu(), dim=-1)
+        return F.normalize(emb.to(self.dtype).cpu(), dim=-1)

@@ -18,7 +18,9 @@ def test_fixed_files_are_pinned_with_shared_checksums(shared_benchmarks):
         m = re.fullmatch(r"https://raw\.githubusercontent\.com/([^/]+/[^/]+)/([0-9a-f]{12,40})/data/(.+)", src.url)
         assert m, src.url
         repo, commit, path = m.groups()
-        assert f"{repo} @ {commit}" in readme
+        assert f"{repo} @ {commit[:12]}" in readme
+        # full 40-character hashes, except VISLA's, which could not be established (documented)
+        assert len(commit) == 40 or (repo == "Sri-Harsha/visla_benchmark" and "full hash" in dl.__doc__)
         assert path == Path(dest).name
 
 

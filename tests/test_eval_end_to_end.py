@@ -106,6 +106,8 @@ def test_visla_and_sugarcrepe_pp_match_brute_force(root, lookup_run):
             acc["p1_n"].append(dot(im, e1) > dot(im, en))
             acc["p2_n"].append(dot(im, e2) > dot(im, en))
             acc["t2t"].append(dot(e1, e2) > dot(e1, en) and dot(e1, e2) > dot(e2, en))
+            acc["t2t_p1_n"].append(dot(e1, e2) > dot(e1, en))
+            acc["t2t_p2_n"].append(dot(e1, e2) > dot(e2, en))
         bench, key = ("sugarcrepe_pp", subset[5:]) if subset.startswith("scpp/") else ("visla", subset)
         for metric, values in acc.items():
             assert results[bench].headline[f"{key}/{metric}"] == pytest.approx(np.mean(values)), (subset, metric)
@@ -225,7 +227,7 @@ def test_text_only_scorer_skips_image_benchmarks(root):
         def encode_texts(self, texts):
             return torch.tensor([vec_text(t) for t in texts], dtype=torch.float32)
     r = run(Text(), ["visla", "sugarcrepe_pp", "sugarcrepe", "aro"], str(root), progress=False)
-    assert set(r["visla"].headline) == {"generic/t2t", "spatial/t2t"}
+    assert set(r["visla"].headline) == {"generic/t2t", "spatial/t2t", "generic/t2t_p1_n", "spatial/t2t_p1_n", "generic/t2t_p2_n", "spatial/t2t_p2_n"}
     assert "skipped" in r["sugarcrepe"].notes[0] and r["aro"].headline == {}
     # the image-scorer run and the text-only run agree on T2T
     assert r["sugarcrepe_pp"].headline["all/t2t"] == run(LookupScorer(), ["sugarcrepe_pp"], str(root), progress=False)["sugarcrepe_pp"].headline["all/t2t"]
@@ -235,7 +237,7 @@ def test_minilm_text_scorer_t2t_matches_brute_force(root):
     from eval.scorer import SentenceTransformerScorer
     scorer = SentenceTransformerScorer.minilm(batch_size=32)
     r = run(scorer, ["visla", "bivlc"], str(root), progress=False)
-    assert "skipped" in r["bivlc"].notes[0] and set(r["visla"].headline) == {"generic/t2t", "spatial/t2t"}
+    assert "skipped" in r["bivlc"].notes[0] and set(r["visla"].headline) == {"generic/t2t", "spatial/t2t", "generic/t2t_p1_n", "spatial/t2t_p1_n", "generic/t2t_p2_n", "spatial/t2t_p2_n"}
     rows = read_tsv(root / "visla/Generic_VISLA.tsv", ["filename", "caption", "second positive", "negative_caption"])
     e = [scorer.encode_texts(list(row[1:])) for row in rows]
     assert all(torch.allclose(x.norm(dim=-1), torch.ones(3), atol=1e-5) for x in e)

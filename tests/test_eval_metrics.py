@@ -36,7 +36,12 @@ def test_triplet_matches_brute_force_with_ties(seed):
         spp = dot(p1[i], p2[i])
         assert got["t2t"][i] == (spp > dot(p1[i], n[i]) and spp > dot(p2[i], n[i]))
     assert ties > 20  # the ties really were exercised
-    assert set(metrics.triplet_correct(tp1, tp2, tn)) == {"t2t"}  # text-only: T2T alone
+    text = metrics.triplet_correct(tp1, tp2, tn)  # text-only: T2T and its two halves (P1-N, P2-N)
+    assert set(text) == {"t2t", "t2t_p1_n", "t2t_p2_n"}
+    for i in range(300):
+        spp = dot(p1[i], p2[i])
+        assert text["t2t_p1_n"][i] == (spp > dot(p1[i], n[i])) and text["t2t_p2_n"][i] == (spp > dot(p2[i], n[i]))
+        assert got["t2t_p1_n"][i] == text["t2t_p1_n"][i] and got["t2t_p2_n"][i] == text["t2t_p2_n"][i]
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -1,7 +1,10 @@
 """ARO (Yuksekgonul et al. 2023): VG-Relation, VG-Attribution, COCO-Order, Flickr30k-Order.
 
-Files under `<root>/aro/` (the reference repo's names and fields; parts whose files are absent
-are skipped with a note, and only if every part is absent is `MissingData` raised):
+Files under `<root>/aro/` (the reference repo's names and fields). Every part asked for must be
+there (`MissingData` lists what is not), except Flickr30k-Order when no `parts` option was given:
+its images need a licence sign-up no download can do, so without them it is skipped with a
+one-line note and the manual instructions; name it in `parts` (`{"parts": ["vg_relation",
+"vg_attribution", "coco_order", "flickr30k_order"]}`) to make their absence an error.
 - `visual_genome_relation.json`: a list of {image_path, bbox_x, bbox_y, bbox_w, bbox_h,
   true_caption, false_caption, relation_name}; images in `aro/images/`.
 - `visual_genome_attribution.json`: the same with `attributes: [a1, a2]` instead of
@@ -18,12 +21,13 @@ of precision@1 over `seeds` (default 0..4).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, MissingData
+from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, images_problem
 from eval.images import FileImage, resolve_files
 from eval.metrics import accuracy, argmax_correct, macro, option_scores, per_group
 from eval.registry import register_benchmark
@@ -61,6 +65,10 @@ PARTS = {  # part: (annotation file, image folder)
     "coco_order": ("coco_karpathy_test.json", "coco_images"),
     "flickr30k_order": ("flickr30k_test.json", "flickr30k_images"),
 }
+MANUAL_IMAGES = {  # parts whose images no download can fetch: skipped unless asked for explicitly
+    "flickr30k_order": "Flickr30k images need a sign-up (https://forms.illinois.edu/sec/229675): put them "
+                       "under <root>/aro/flickr30k_images/flickr30k-images/",
+}
 VG_KEYS = ("image_path", "bbox_x", "bbox_y", "bbox_w", "bbox_h", "true_caption", "false_caption")
 
 
@@ -78,17 +86,16 @@ def read_json_list(path: Path, keys: tuple[str, ...]) -> list[dict]:
     return data
 
 
-def load_vg(data_root: Path, part: str, require_images: bool) -> tuple[list[dict], dict[str, str]]:
-    """VG items and {image_path: file} (empty when images are not required)."""
+def load_vg(data_root: Path, part: str, require_images: bool) -> tuple[list[dict], dict[str, str], list[str]]:
+    """VG items, {image_path: file} and the image files found nowhere (both empty when images
+    are not required)."""
     file, folder = PARTS[part]
     key = "relation_name" if part == "vg_relation" else "attributes"
     items = read_json_list(data_root / "aro" / file, VG_KEYS + (key,))
-    paths = {}
+    paths, missing = {}, []
     if require_images:
         paths, missing = resolve_files((it["image_path"] for it in items), [data_root / "aro" / folder])
-        if missing:
-            raise MissingData("aro", missing, data_root, images=True)
-    return items, paths
+    return items, paths, missing
 
 
 @register_benchmark
@@ -98,39 +105,70 @@ class ARO(Benchmark):
     primary = "vg_relation/macro"
     option_names = ("parts", "seeds", "max_words", "max_images")
 
-    def _load(self):
+    def _missing(self):
+        explicit = "parts" in self.options
         wanted = tuple(self.options.get("parts", PARTS))
         if set(wanted) - set(PARTS):
             raise ValueError(f"aro: unknown part(s) {sorted(set(wanted) - set(PARTS))}; known: {list(PARTS)}")
-        present = [p for p in wanted if self.path(PARTS[p][0]).is_file()]
-        if not present:
-            raise MissingData(self.name, [str(self.path(PARTS[p][0])) for p in wanted], self.data_root)
-        for p in wanted:
-            if p not in present:
-                self.notes.append(f"aro/{p} skipped: {self.path(PARTS[p][0])} not found "
-                                  f"(python -m eval download aro --data-root {self.data_root})")
-        self.seeds = tuple(self.options.get("seeds", range(5)))
-        self.max_words = int(self.options.get("max_words", 30))
-        self.parts = {}
-        for p in present:
-            if p.startswith("vg_"):
-                self.parts[p] = load_vg(self.data_root, p, self.require_images)
+        self.data, self.skip_notes, problems = {}, [], []
+        for part in wanted:
+            file, folder = PARTS[part]
+            manual = MANUAL_IMAGES.get(part, "").replace("<root>", str(self.data_root))
+            if manual and not explicit:  # scored only when all there; otherwise skipped, not missing
+                reason = self._manual_part_absent(part)
+                if reason:
+                    self.skip_notes.append(
+                        f"aro/{part} skipped: {reason}; {manual}; to require it, ask for it explicitly: "
+                        f"--options '{{\"aro\": {{\"parts\": [..., \"{part}\"]}}}}'")
+                    continue
+            got = self.file_problems([self.path(file)], images=self.require_images)
+            if got:
+                problems += [replace(p, benchmark=f"aro/{part}") for p in got]
+                continue
+            if part.startswith("vg_"):
+                items, paths, missing = load_vg(self.data_root, part, self.require_images)
+                self.data[part] = (items, paths)
             else:
-                self.parts[p] = self._load_order(p)
+                ann = read_json_list(self.path(file), ("image", "caption"))
+                limit = self.options.get("max_images")
+                ann = ann[:limit] if limit else ann
+                paths, missing = {}, []
+                if self.require_images:
+                    paths, missing = resolve_files((a["image"] for a in ann), [self.path(folder)])
+                self.data[part] = (ann, paths)
+            if missing:
+                problems.append(images_problem(f"aro/{part}", missing, [self.path(folder)], self.data_root,
+                                               download="aro", manual=manual or None))
+        return problems
 
-    def _load_order(self, part: str):
+    def _manual_part_absent(self, part: str):
+        """Why a part whose images need a manual step cannot be scored, or None if it can."""
         file, folder = PARTS[part]
+        if not self.path(file).is_file():
+            return f"{self.path(file)} not found"
+        if not self.require_images:
+            return None
         ann = read_json_list(self.path(file), ("image", "caption"))
         limit = self.options.get("max_images")
-        ann = ann[:limit] if limit else ann
-        paths = {}
-        if self.require_images:
-            paths, missing = resolve_files((a["image"] for a in ann), [self.path(folder)])
-            if missing:
-                raise MissingData(self.name, missing, self.data_root, images=True)
-        cases = [(a["image"], c) for a in ann for c in a["caption"]]
-        tagged = text_perturb.tag([c for _, c in cases])
-        return cases, tagged, paths
+        _, missing = resolve_files((a["image"] for a in (ann[:limit] if limit else ann)), [self.path(folder)])
+        if missing:
+            return f"{len(missing)} of its images are not under {self.path(folder)}"
+        return None
+
+    def _load(self):
+        self.notes += self.skip_notes
+        self.seeds = tuple(self.options.get("seeds", range(5)))
+        self.max_words = int(self.options.get("max_words", 30))
+        if not self.data:
+            raise DataError(f"aro: no part left to score under {self.data_root / 'aro'} ({'; '.join(self.skip_notes)})")
+        self.parts = {}
+        for part, (items, paths) in self.data.items():
+            if part.startswith("vg_"):
+                self.parts[part] = (items, paths)
+            else:
+                cases = [(a["image"], c) for a in items for c in a["caption"]]
+                tagged = text_perturb.tag([c for _, c in cases])
+                self.parts[part] = (cases, tagged, paths)
 
     def _score(self, cache, per_instance):
         headline, categories, counts, instances = {}, {}, {}, []

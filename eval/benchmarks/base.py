@@ -1,7 +1,9 @@
 """The one interface every benchmark implements, and the result it returns.
 
-A benchmark is built by `load(data_root, **options)`, which reads its files (raising
-`MissingData` listing every missing file and the command that fetches it) and holds its items.
+A benchmark is built by `load(data_root, **options)`, which first checks its files (`missing`:
+existence, and recorded download checksums; `MissingData` lists every `Problem` with the command
+that fetches it) and then reads them and holds its items. `missing` runs the same checks without
+loading anything, which is what `eval.api.missing_data` calls for every benchmark at once.
 `score(scorer)` embeds through an `EmbeddingCache` (a bare scorer is wrapped in one) and returns a
 `BenchmarkResult`: `headline` (flat metric name -> value, what `eval.api.evaluate` reports as
 `<benchmark>/<metric>`), `categories` (category -> metric -> value, the per-category tables),
@@ -16,16 +18,113 @@ from typing import Any, ClassVar, Optional
 from eval.cache import EmbeddingCache, as_cache
 
 
-class MissingData(FileNotFoundError):
-    """A benchmark's files are missing or unreadable; the message says which and how to fetch them."""
+@dataclass(frozen=True)
+class Problem:
+    """One thing a benchmark needs that is not there (or has changed), and how to get it.
 
-    def __init__(self, benchmark: str, missing: list[str], data_root: str | Path, images: bool = False):
-        self.benchmark, self.missing = benchmark, missing
-        listed = "\n  ".join(missing[:20] + ([f"... and {len(missing) - 20} more"] if len(missing) > 20 else []))
-        super().__init__(
-            f"{benchmark}: {len(missing)} required {'image' if images else 'file'}(s) missing under {data_root}:\n"
-            f"  {listed}\nfetch them with: python -m eval download {benchmark} --data-root {data_root}"
-            + (" --images" if images else ""))
+    `download` names the `python -m eval download` target that fetches it (with `--images` when
+    `images`); `manual` says what to do where nothing can fetch it (a licence sign-up)."""
+    benchmark: str  # "aro" or a part, "aro/flickr30k_order"
+    what: str  # "<file> not found", "1560 images not found (first: ...)", "<file> changed since ..."
+    data_root: str
+    download: Optional[str] = None
+    images: bool = False
+    manual: Optional[str] = None
+    force: bool = False  # the file is there but changed: fetch again with --force
+
+    @property
+    def command(self) -> str:
+        if self.download is None:
+            return self.manual or "no automatic download"
+        return (f"python -m eval download {self.download} --data-root {self.data_root}"
+                + (" --images" if self.images else "") + (" --force" if self.force else ""))
+
+    def line(self) -> str:
+        return f"{self.benchmark}: {self.what} -> {self.command}"
+
+
+def files_problem(benchmark: str, paths: list, data_root, images: bool = False,
+                  download: Optional[str] = None) -> Optional[Problem]:
+    """One problem for the absent files among `paths` (grouped by folder), or None."""
+    missing = [Path(p) for p in paths if not Path(p).exists()]
+    if not missing:
+        return None
+    folders = dict.fromkeys(p.parent for p in missing)
+    if len(missing) == 1:
+        what = f"{missing[0]} not found"
+    elif len(folders) == 1:
+        what = f"{len(missing)} files not found in {next(iter(folders))}: {', '.join(p.name for p in missing)}"
+    else:
+        what = f"{len(missing)} files not found: {', '.join(str(p) for p in missing)}"
+    return Problem(benchmark, what, str(data_root), download or benchmark.split("/")[0], images)
+
+
+def images_problem(benchmark: str, missing: list[str], dirs: list[Path], data_root,
+                   download: Optional[str] = None, manual: Optional[str] = None) -> Optional[Problem]:
+    """One problem for image files found in none of `dirs`, or None."""
+    if not missing:
+        return None
+    where = ", ".join(str(d) for d in dirs)
+    what = f"{len(missing)} image(s) not found (first: {Path(missing[0]).name}; looked in {where})"
+    if manual:
+        return Problem(benchmark, what, str(data_root), manual=manual)
+    return Problem(benchmark, what, str(data_root), download or benchmark.split("/")[0], images=True)
+
+
+def changed_problems(benchmark: str, paths: list, data_root, download: Optional[str] = None) -> list[Problem]:
+    """Problems for files whose recorded download checksum no longer matches (`eval.checksums`)."""
+    from eval import checksums
+    root = Path(data_root)
+    out = []
+    for p in paths:
+        p = Path(p)
+        try:
+            rel = p.relative_to(root).as_posix()
+        except ValueError:
+            continue
+        what = checksums.changed(root, rel)
+        if what:
+            out.append(Problem(benchmark, what, str(root), download or benchmark.split("/")[0], force=True))
+    return out
+
+
+def download_commands(problems: list[Problem]) -> list[str]:
+    """The fewest `python -m eval download` commands that fetch every fetchable problem."""
+    out = []
+    for force in (False, True):
+        for images in (False, True):
+            names = list(dict.fromkeys(p.download for p in problems if p.download and p.images == images
+                                       and p.force == force))
+            if names:
+                root = next(p.data_root for p in problems if p.download)
+                out.append(f"python -m eval download {' '.join(names)} --data-root {root}"
+                           + (" --images" if images else "") + (" --force" if force else ""))
+    return out
+
+
+class MissingData(FileNotFoundError, ValueError):
+    """Benchmark files are missing or changed; the message lists every problem and how to fix it.
+
+    `problems` holds the `Problem`s (or plain lines); one message covers every benchmark asked
+    for, so a user sees everything at once. A ValueError too, so callers that treat bad input
+    as exit 2 catch it."""
+
+    def __init__(self, problems: list, data_root: str | Path, skipped: list[str] = ()):
+        self.problems, self.skipped = list(problems), list(skipped)
+        self.lines = [p.line() if isinstance(p, Problem) else str(p) for p in self.problems]
+        benches = list(dict.fromkeys(b.strip().split("/")[0] for p in self.problems if isinstance(p, Problem)
+                                     for b in p.benchmark.split(",")))
+        msg = (f"benchmark data missing under {data_root} for {', '.join(benches)} "
+               f"(nothing was loaded or scored); {len(self.lines)} problem(s):\n  " + "\n  ".join(self.lines))
+        commands = download_commands([p for p in self.problems if isinstance(p, Problem)])
+        if commands:
+            msg += "\nfetch everything that can be fetched with:\n  " + "\n  ".join(commands)
+        if self.skipped:
+            msg += "\nnot required (no automatic download; skipped with a note when scoring):\n  " + "\n  ".join(self.skipped)
+        super().__init__(msg)
+
+    def __str__(self) -> str:  # OSError would prefix an errno; keep the message as written
+        return self.args[0]
 
 
 class DataError(ValueError):
@@ -68,9 +167,29 @@ class Benchmark:
 
     @classmethod
     def load(cls, data_root: str | Path, require_images: bool = True, **options) -> "Benchmark":
+        """Check the files (`MissingData` listing every problem), then read them."""
         bench = cls(data_root, require_images=require_images, **options)
+        problems = bench._missing()
+        if problems:
+            raise MissingData(problems, data_root)
         bench._load()
         return bench
+
+    @classmethod
+    def missing(cls, data_root: str | Path, require_images: bool = True, **options) -> list[Problem]:
+        """What `load` would find missing or changed, without loading anything (existence and
+        recorded-checksum checks; annotation files are read only to list the images they need)."""
+        return cls.check(data_root, require_images, **options)[0]
+
+    @classmethod
+    def check(cls, data_root: str | Path, require_images: bool = True, **options) -> tuple[list[Problem], list[str]]:
+        """(`missing`'s problems, notes on parts that scoring will skip: those needing a manual step)."""
+        bench = cls(data_root, require_images=require_images, **options)
+        return bench._missing(), list(getattr(bench, "skip_notes", []))
+
+    def _missing(self) -> list[Problem]:
+        """Problems with this benchmark's files; the same rules `_load` relies on."""
+        raise NotImplementedError
 
     def _load(self) -> None:
         raise NotImplementedError
@@ -97,8 +216,10 @@ class Benchmark:
         coco = self.data_root / "coco"
         return [own, coco / "val2017", coco / "train2017"]
 
-    def check_files(self, paths: list[Path]) -> None:
-        missing = [str(p) for p in paths if not p.exists()]
-        if missing:
-            raise MissingData(self.name, missing, self.data_root)
+    def file_problems(self, paths: list[Path], images: bool = False, download: Optional[str] = None) -> list[Problem]:
+        """Absent files (one problem) or files changed since their recorded download."""
+        absent = files_problem(self.name, paths, self.data_root, images=images, download=download)
+        if absent:
+            return [absent]
+        return changed_problems(self.name, paths, self.data_root, download=download)
 

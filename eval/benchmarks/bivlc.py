@@ -9,7 +9,7 @@ comparisons i2t_pos, i2t_neg, t2i_pos, t2i_neg, overall and per type and type/su
 """
 from __future__ import annotations
 
-from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError
+from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, Problem
 from eval.images import DatasetImage
 from eval.metrics import accuracy, bivlc_correct, group_table
 from eval.registry import register_benchmark
@@ -23,12 +23,17 @@ class BiVLC(Benchmark):
     needs_images = True
     primary = "group"
 
+    def _missing(self):
+        folder = self.path()
+        marker = [folder / "dataset_dict.json", folder / "dataset_info.json", folder / "state.json"]
+        if any(p.exists() for p in marker):
+            return []
+        return [Problem(self.name, f"{folder} holds no dataset saved with save_to_disk (no dataset_info.json)",
+                        str(self.data_root), self.name)]
+
     def _load(self):
         import datasets
         folder = self.path()
-        marker = [folder / "dataset_dict.json", folder / "dataset_info.json", folder / "state.json"]
-        if not any(p.exists() for p in marker):
-            self.check_files([folder / "dataset_info.json"])
         try:
             ds = datasets.load_from_disk(str(folder))
         except Exception as e:  # datasets raises several types for a broken folder

@@ -30,10 +30,11 @@ import numpy as np
 import torch
 
 from eval.benchmarks.aro import PARTS as ARO_PARTS, load_vg
-from eval.benchmarks.base import Benchmark, BenchmarkResult, MissingData
+from eval.benchmarks.base import (Benchmark, BenchmarkResult, DataError, changed_problems, files_problem,
+                                  images_problem)
 from eval.benchmarks.triplet import read_scpp_json
-from eval.benchmarks.visla import SUBSETS as VISLA_SUBSETS, read_visla
-from eval.images import FileImage, resolve_files
+from eval.benchmarks.visla import SUBSETS as VISLA_SUBSETS, TripletImages, read_visla, visla_file_problems
+from eval.images import FileImage
 from eval.metrics import accuracy, argmax_correct, option_scores, rowwise_sim
 from eval.registry import register_benchmark
 
@@ -58,22 +59,20 @@ def word_edit_distance(a: list[str], b: list[str]) -> int:
 
 
 @register_benchmark
-class VislaLexical(Benchmark):
+class VislaLexical(TripletImages, Benchmark):
     """VISLA's lexical-overlap view: P1-N / P2-N with P1 the positive closer to N by word edits."""
     name = "visla_lexical"
     needs_images = False
     primary = "generic/close_n"
     option_names = ("subsets",)
 
+    def _missing(self):
+        subsets = self.options.get("subsets", tuple(VISLA_SUBSETS))
+        problems = visla_file_problems(self.name, self.data_root, subsets, self.require_images)
+        return problems or self._triplet_problems("visla")
+
     def _load(self):
-        self.subsets, notes = read_visla(self.data_root, self.options.get("subsets", tuple(VISLA_SUBSETS)))
-        self.notes += notes
-        self.image_paths = None
-        if self.require_images:
-            self.image_paths, missing = resolve_files(
-                (t.image for ts in self.subsets.values() for t in ts), self.image_dirs())
-            if missing:
-                raise MissingData(self.name, missing, self.data_root, images=True)
+        self.notes += self._read_notes
 
     def image_dirs(self, folder=None):
         coco = self.data_root / "coco"
@@ -113,22 +112,30 @@ class LeftRight(Benchmark):
     primary = "acc"
     option_names = ("n_nouns", "n_pairs", "seed")
 
-    def _load(self):
+    def _missing(self):
         aro_file = self.data_root / "aro" / ARO_PARTS["vg_relation"][0]
         self.items, self.paths = [], {}
         if aro_file.is_file():
-            items, self.paths = load_vg(self.data_root, "vg_relation", self.require_images)
+            if changed := changed_problems(self.name, [aro_file], self.data_root, download="aro"):
+                return changed
+            items, self.paths, missing = load_vg(self.data_root, "vg_relation", self.require_images)
             self.items = [it for it in items if it["relation_name"] in (LEFT, RIGHT)]
-            texts = [it["true_caption"] for it in items]
-        else:
-            texts = self._fallback_texts()
-            if not texts:
-                raise MissingData(self.name, [str(aro_file)], self.data_root)
-            self.notes.append(f"left_right: {aro_file} not found; accuracy skipped, nouns mined from "
-                              "VISLA / SugarCrepe text")
-        self.nouns = self._mine_nouns(texts, int(self.options.get("n_nouns", 100)))
+            self.texts = [it["true_caption"] for it in items]
+            p = images_problem(self.name, missing, [self.data_root / "aro" / "images"], self.data_root, download="aro")
+            return [p] if p else []
+        self.texts = self._fallback_texts()
+        if not self.texts:
+            return [files_problem(self.name, [aro_file], self.data_root, images=self.require_images, download="aro")]
+        self.notes.append(f"left_right: {aro_file} not found; accuracy skipped, nouns mined from "
+                          "VISLA / SugarCrepe text")
+        return []
+
+    def _load(self):
+        aro_file = self.data_root / "aro" / ARO_PARTS["vg_relation"][0]
+        self.nouns = self._mine_nouns(self.texts, int(self.options.get("n_nouns", 100)))
         if len(self.nouns) < 2:
-            raise MissingData(self.name, [f"{aro_file} (fewer than 2 nouns found in the text)"], self.data_root)
+            raise DataError(f"left_right: fewer than 2 nouns found in the text of {aro_file} "
+                            "(or of the VISLA / SugarCrepe files)")
 
     def _fallback_texts(self) -> list[str]:
         texts = []

@@ -6,7 +6,9 @@ path under `retrieval/coco_images/` / `retrieval/flickr30k_images/` (or ARO's `a
 `aro/flickr30k_images/`, which hold the same files). Captions are normalised as ARO's
 `pre_caption` (30 words). Image-to-text: a hit at k if fewer than k wrong captions score >= the
 best of the image's own captions (ties count against); text-to-image likewise. Parts whose file
-is absent are skipped with a note. COCO image-to-text R@1 is what NegCLIP selects epochs by.
+is absent are missing (`MissingData`), except
+Flickr30k, whose images need a licence sign-up: without them it is skipped with a note unless
+named in `parts`. COCO image-to-text R@1 is what NegCLIP selects epochs by.
 Options: `text_perturb` (one of ARO's caption perturbations, `eval.text_perturb.PERTURBATIONS`,
 applied to every caption with `seed`) and `image_perturb` (`shuffle_rows_4`, `shuffle_cols_4`,
 `shuffle_patches_9`: grid cells of the image permuted, before the model's preprocessing), as in
@@ -16,8 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from eval.benchmarks.aro import read_json_list
-from eval.benchmarks.base import Benchmark, BenchmarkResult, MissingData
+from dataclasses import replace
+
+from eval.benchmarks.aro import MANUAL_IMAGES as ARO_MANUAL, read_json_list
+from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, images_problem
 from eval import text_perturb
 from eval.images import IMAGE_PERTURBATIONS, FileImage, ShuffledImage, resolve_files
 from eval.metrics import recall_at_k
@@ -27,6 +31,7 @@ from eval.text_perturb import pre_caption
 PARTS = {"coco": ("coco_karpathy_test.json", "coco_images"),
          "flickr30k": ("flickr30k_test.json", "flickr30k_images")}
 KS = (1, 5, 10)
+MANUAL_IMAGES = {"flickr30k": ARO_MANUAL["flickr30k_order"]}
 
 
 @register_benchmark
@@ -36,12 +41,40 @@ class Retrieval(Benchmark):
     primary = "coco/i2t_r1"
     option_names = ("parts", "max_images", "text_perturb", "image_perturb", "seed")
 
-    def _load(self):
+    def _missing(self):
+        explicit = "parts" in self.options
         wanted = tuple(self.options.get("parts", PARTS))
-        present = [p for p in wanted if self.path(PARTS[p][0]).is_file()]
-        if not present:
-            raise MissingData(self.name, [str(self.path(PARTS[p][0])) for p in wanted], self.data_root)
-        self.notes += [f"retrieval/{p} skipped: {self.path(PARTS[p][0])} not found" for p in wanted if p not in present]
+        if set(wanted) - set(PARTS):
+            raise ValueError(f"retrieval: unknown part(s) {sorted(set(wanted) - set(PARTS))}; known: {list(PARTS)}")
+        self.data, self.skip_notes, problems = {}, [], []
+        for part in wanted:
+            file, folder = PARTS[part]
+            dirs = [self.path(folder), self.data_root / "aro" / folder]
+            manual = MANUAL_IMAGES.get(part, "").replace("<root>", str(self.data_root))
+            got = self.file_problems([self.path(file)], images=self.require_images)
+            ann, paths, missing = None, {}, []
+            if not got:
+                ann = read_json_list(self.path(file), ("image", "caption"))
+                ann = ann[:self.options["max_images"]] if self.options.get("max_images") else ann
+                if self.require_images:
+                    paths, missing = resolve_files((a["image"] for a in ann), dirs)
+            if manual and not explicit and (got or missing):  # skipped, not missing
+                why = got[0].what if got else f"{len(missing)} of its images are in neither {dirs[0]} nor {dirs[1]}"
+                self.skip_notes.append(f"retrieval/{part} skipped: {why}; {manual}; to require it, ask for it "
+                                       f"explicitly: --options '{{\"retrieval\": {{\"parts\": [\"coco\", \"{part}\"]}}}}'")
+                continue
+            problems += [replace(p, benchmark=f"retrieval/{part}") for p in got]
+            if missing:
+                problems.append(images_problem(f"retrieval/{part}", missing, dirs, self.data_root,
+                                               download="retrieval", manual=manual or None))
+            if ann is not None and not missing:
+                self.data[part] = (ann, paths)
+        return problems
+
+    def _load(self):
+        self.notes += self.skip_notes
+        if not self.data:
+            raise DataError(f"retrieval: no part left to score ({'; '.join(self.skip_notes)})")
         self.text_perturb = self.options.get("text_perturb")
         self.image_perturb = self.options.get("image_perturb")
         self.seed = int(self.options.get("seed", 0))
@@ -49,18 +82,7 @@ class Retrieval(Benchmark):
             raise ValueError(f"retrieval: text_perturb must be one of {text_perturb.PERTURBATIONS}")
         if self.image_perturb not in (None, *IMAGE_PERTURBATIONS):
             raise ValueError(f"retrieval: image_perturb must be one of {list(IMAGE_PERTURBATIONS)}")
-        self.parts = {}
-        for part in present:
-            file, folder = PARTS[part]
-            ann = read_json_list(self.path(file), ("image", "caption"))
-            ann = ann[:self.options["max_images"]] if self.options.get("max_images") else ann
-            paths = {}
-            if self.require_images:
-                paths, missing = resolve_files((a["image"] for a in ann),
-                                               [self.path(folder), self.data_root / "aro" / folder])
-                if missing:
-                    raise MissingData(self.name, missing, self.data_root, images=True)
-            self.parts[part] = (ann, paths)
+        self.parts = dict(self.data)
 
     def _perturb_texts(self, texts: list[str]) -> list[str]:
         """Captions under the chosen ARO perturbation (unchanged without one)."""
@@ -84,7 +106,7 @@ class Retrieval(Benchmark):
             if self.image_perturb:
                 refs = [ShuffledImage(r, self.image_perturb, self.seed) for r in refs]
             images = cache.images(refs)
-            sim = (images @ cache.texts(texts).T).numpy()  # [images, texts]
+            sim = (images @ cache.texts(texts).T).float().numpy()  # [images, texts]
             img_texts = [set() for _ in ann]
             for t, i in enumerate(text_image):
                 img_texts[i].add(t)

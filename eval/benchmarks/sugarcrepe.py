@@ -13,7 +13,7 @@ import json
 
 import numpy as np
 
-from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, MissingData
+from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, images_problem
 from eval.images import FileImage, resolve_files
 from eval.metrics import accuracy, pair_correct
 from eval.registry import register_benchmark
@@ -46,18 +46,25 @@ class SugarCrepe(Benchmark):
     primary = "macro"
     option_names = ("subsets",)
 
-    def _load(self):
+    def _missing(self):
         subsets = tuple(self.options.get("subsets", SUBSETS))
         if set(subsets) - set(SUBSETS):
             raise ValueError(f"sugarcrepe: unknown subset(s) {sorted(set(subsets) - set(SUBSETS))}")
-        self.check_files([self.path(f"{s}.json") for s in subsets])
+        problems = self.file_problems([self.path(f"{s}.json") for s in subsets], images=self.require_images)
+        if problems:
+            return problems
         self.subsets = {s: read_sugarcrepe_json(self.path(f"{s}.json")) for s in subsets}
         self.image_paths = {}
         if self.require_images:
+            dirs = self.image_dirs()
             self.image_paths, missing = resolve_files(
-                (r["filename"] for rs in self.subsets.values() for r in rs), self.image_dirs())
-            if missing:
-                raise MissingData(self.name, missing, self.data_root, images=True)
+                (r["filename"] for rs in self.subsets.values() for r in rs), dirs)
+            if p := images_problem(self.name, missing, dirs, self.data_root):
+                return [p]
+        return []
+
+    def _load(self):
+        pass  # read by _missing
 
     def _score(self, cache, per_instance):
         masks, instances = {}, []

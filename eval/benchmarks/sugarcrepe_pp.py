@@ -3,14 +3,14 @@
 Files: `<root>/sugarcrepe_pp/<subset>.json` for replace_att, replace_obj, replace_rel, swap_att,
 swap_obj; each a JSON list of {id, filename, caption, caption2, negative_caption} = P1, P2, N.
 Images: COCO val2017 (`sugarcrepe_pp/images/`, then `coco/val2017`). Metrics per subset (strict):
-I2T, P1-N, P2-N, T2T (T2T alone for a text-only scorer), plus their micro average over all
+I2T, P1-N, P2-N (with images), T2T and its halves t2t_p1_n / t2t_p2_n (every scorer), plus their micro average over all
 items (`all/<metric>`) and the macro average over subsets (`macro/<metric>`).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from eval.benchmarks.base import Benchmark, BenchmarkResult, MissingData
+from eval.benchmarks.base import Benchmark, BenchmarkResult, images_problem
 from eval.benchmarks.triplet import read_scpp_json, score_triplets
 from eval.images import resolve_files
 from eval.metrics import accuracy
@@ -26,22 +26,32 @@ class SugarCrepePP(Benchmark):
     primary = "macro/i2t"
     option_names = ("subsets",)
 
-    def _load(self):
+    def _subsets(self) -> tuple[str, ...]:
         subsets = tuple(self.options.get("subsets", SUBSETS))
         if set(subsets) - set(SUBSETS):
             raise ValueError(f"sugarcrepe_pp: unknown subset(s) {sorted(set(subsets) - set(SUBSETS))}")
-        self.check_files([self.path(f"{s}.json") for s in subsets])
+        return subsets
+
+    def _missing(self):
+        subsets = self._subsets()
+        problems = self.file_problems([self.path(f"{s}.json") for s in subsets], images=self.require_images)
+        if problems:
+            return problems
         self.subsets = {s: read_scpp_json(self.path(f"{s}.json")) for s in subsets}
         self.image_paths = None
         if self.require_images:
-            self.image_paths, missing = resolve_files(
-                (t.image for ts in self.subsets.values() for t in ts), self.image_dirs())
-            if missing:
-                raise MissingData(self.name, missing, self.data_root, images=True)
+            dirs = self.image_dirs()
+            self.image_paths, missing = resolve_files((t.image for ts in self.subsets.values() for t in ts), dirs)
+            if p := images_problem(self.name, missing, dirs, self.data_root):
+                return [p]
+        return []
+
+    def _load(self):
+        pass  # read by _missing
 
     def _score(self, cache, per_instance):
         with_images = cache.supports_images and self.image_paths is not None
-        notes = [] if with_images else ["sugarcrepe_pp: text-only scoring, T2T only"]
+        notes = [] if with_images else ["sugarcrepe_pp: text-only scoring: T2T and its halves t2t_p1_n, t2t_p2_n"]
         headline, categories, instances, all_masks = {}, {}, [], {}
         for subset, triplets in self.subsets.items():
             masks = score_triplets(cache, triplets, self.image_paths if with_images else None)

@@ -4,14 +4,16 @@ Files: `<root>/visla/Generic_VISLA.tsv` (columns filename, caption, second posit
 negative_caption = image, P1, P2, N) and `<root>/visla/Spatial_VISLA.tsv` (columns image, sent1,
 sent2, Best reference (Semantically close) = image, P1, P2, N; rows with an empty N dropped).
 Images: COCO 2017 file names, looked up in `visla/images/`, then `coco/val2017`, `coco/train2017`.
-Metrics (strict, see `eval.metrics.triplet_correct`): I2T, P1-N, P2-N, T2T; T2T alone for a
-text-only scorer. Headline names: `generic/i2t`, `spatial/t2t`, ...
+Metrics (strict, see `eval.metrics.triplet_correct`): with images I2T, P1-N, P2-N; for every
+scorer (text encoders and unimodal sentence encoders too) T2T and its two halves, the text-only
+P1-N / P2-N columns `t2t_p1_n` = s(P1,P2) > s(P1,N) and `t2t_p2_n` = s(P1,P2) > s(P2,N).
+Headline names: `generic/i2t`, `spatial/t2t`, `generic/t2t_p1_n`, ...
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from eval.benchmarks.base import Benchmark, BenchmarkResult, MissingData
+from eval.benchmarks.base import Benchmark, BenchmarkResult, Problem, changed_problems, files_problem, images_problem
 from eval.benchmarks.triplet import read_visla_tsv, score_triplets
 from eval.images import resolve_files
 from eval.metrics import accuracy
@@ -23,42 +25,62 @@ SUBSETS = {
 }
 
 
-def read_visla(data_root: Path, subsets) -> tuple[dict[str, list], list[str]]:
-    """({subset: triplets}, notes) from the TSVs (used by VISLA and the lexical-overlap diagnostic)."""
+def visla_files(data_root: Path, subsets) -> list[Path]:
     unknown = set(subsets) - set(SUBSETS)
     if unknown:
         raise ValueError(f"visla: unknown subset(s) {sorted(unknown)}; known: {list(SUBSETS)}")
-    files = [data_root / "visla" / SUBSETS[s][0] for s in subsets]
-    if missing := [str(f) for f in files if not f.is_file()]:
-        raise MissingData("visla", missing, data_root)
+    return [Path(data_root) / "visla" / SUBSETS[s][0] for s in subsets]
+
+
+def visla_file_problems(name: str, data_root: Path, subsets, images: bool) -> list[Problem]:
+    """The VISLA TSVs absent (fetched by `download visla`) or changed since their download."""
+    files = visla_files(data_root, subsets)
+    absent = files_problem(name, files, data_root, images=images, download="visla")
+    return [absent] if absent else changed_problems(name, files, data_root, download="visla")
+
+
+def read_visla(data_root: Path, subsets) -> tuple[dict[str, list], list[str]]:
+    """({subset: triplets}, notes) from the TSVs (used by VISLA and the lexical-overlap diagnostic)."""
     out, notes = {}, []
-    for s, f in zip(subsets, files):
+    for s, f in zip(subsets, visla_files(data_root, subsets)):
         out[s], dropped = read_visla_tsv(f, SUBSETS[s][1])
         if dropped:
             notes.append(f"visla/{s}: dropped {dropped} rows with an empty negative")
     return out, notes
 
 
+class TripletImages:
+    """Shared by VISLA-format benchmarks: read the triplets once, check their images."""
+
+    def _triplet_problems(self, download: str) -> list[Problem]:
+        self.subsets, self._read_notes = read_visla(self.data_root, self.options.get("subsets", tuple(SUBSETS)))
+        self.image_paths = None
+        if not self.require_images:
+            return []
+        dirs = self.image_dirs()
+        self.image_paths, missing = resolve_files((t.image for ts in self.subsets.values() for t in ts), dirs)
+        p = images_problem(self.name, missing, dirs, self.data_root, download=download)
+        return [p] if p else []
+
+
 @register_benchmark
-class Visla(Benchmark):
+class Visla(TripletImages, Benchmark):
     name = "visla"
-    needs_images = False  # T2T works text-only
+    needs_images = False  # T2T and its halves work text-only
     primary = "generic/i2t"
     option_names = ("subsets",)
 
+    def _missing(self):
+        subsets = self.options.get("subsets", tuple(SUBSETS))
+        problems = visla_file_problems(self.name, self.data_root, subsets, self.require_images)
+        return problems or self._triplet_problems("visla")
+
     def _load(self):
-        self.subsets, notes = read_visla(self.data_root, self.options.get("subsets", tuple(SUBSETS)))
-        self.notes += notes
-        self.image_paths = None
-        if self.require_images:
-            self.image_paths, missing = resolve_files(
-                (t.image for ts in self.subsets.values() for t in ts), self.image_dirs())
-            if missing:
-                raise MissingData(self.name, missing, self.data_root, images=True)
+        self.notes += self._read_notes
 
     def _score(self, cache, per_instance):
         with_images = cache.supports_images and self.image_paths is not None
-        notes = [] if with_images else ["visla: text-only scoring, T2T only"]
+        notes = [] if with_images else ["visla: text-only scoring: T2T and its halves t2t_p1_n, t2t_p2_n"]
         headline, categories, instances, counts = {}, {}, [], {}
         for subset, triplets in self.subsets.items():
             masks = score_triplets(cache, triplets, self.image_paths if with_images else None)

@@ -5,8 +5,9 @@ Files under `<root>/zeroshot/`: `cifar-10-batches-py/{test_batch,batches.meta}` 
 `imagenet/val/<wnid>/<images>` (1000 class folders; sorted wnid order = open_clip's
 `IMAGENET_CLASSNAMES` order). Class prompts use open_clip's OpenAI ImageNet templates
 (`templates: simple` for its 2-template set); a class embedding is the normalised mean of its
-normalised prompt embeddings. Top-1 (and top-5) accuracy by argmax. Datasets whose files are
-absent are skipped with a note. `max_images` keeps the first N test images of each dataset.
+normalised prompt embeddings. Top-1 (and top-5) accuracy by argmax. CIFAR files that are absent
+are missing (`MissingData`); ImageNet, which needs a licence, is skipped with a note unless
+named in `datasets`. `max_images` keeps the first N test images of each dataset.
 """
 from __future__ import annotations
 
@@ -16,14 +17,14 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES, OPENAI_IMAGENET_TEMPLATES, SIMPLE_IMAGENET_TEMPLATES
 
-from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, MissingData
+from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, Problem, files_problem
 from eval.images import ArrayImage, FileImage
 from eval.registry import register_benchmark
 
 DATASETS = {"cifar10": "cifar-10-batches-py/test_batch", "cifar100": "cifar-100-python/test",
             "imagenet": "imagenet/val"}
+MANUAL = {"imagenet": "ImageNet needs a licence: put the validation set as <root>/zeroshot/imagenet/val/<wnid>/*.JPEG"}
 
 
 def _unpickle(path: Path) -> dict:
@@ -51,6 +52,7 @@ def load_cifar(root: Path, which: str):
 
 
 def load_imagenet(root: Path):
+    from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES  # open_clip imported only when scoring
     from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
     classes, class_to_idx = find_classes(str(root))
     if len(classes) != len(IMAGENET_CLASSNAMES):
@@ -66,13 +68,34 @@ class ZeroShot(Benchmark):
     primary = "imagenet/top1"
     option_names = ("datasets", "templates", "max_images")
 
+    def _missing(self):
+        root = self.path()
+        explicit = "datasets" in self.options
+        wanted = tuple(self.options.get("datasets", DATASETS))
+        if set(wanted) - set(DATASETS):
+            raise ValueError(f"zeroshot: unknown dataset(s) {sorted(set(wanted) - set(DATASETS))}; known: {list(DATASETS)}")
+        self.present, self.skip_notes, problems = [], [], []
+        for d in wanted:
+            path = root / DATASETS[d]
+            if path.exists():
+                self.present.append(d)
+            elif d in MANUAL and not explicit:
+                self.skip_notes.append(f"zeroshot/{d} skipped: {path} not found; {MANUAL[d].replace('<root>', str(self.data_root))}"
+                                       f"; to require it: --options '{{\"zeroshot\": {{\"datasets\": [\"{d}\"]}}}}'")
+            elif d in MANUAL:
+                problems.append(Problem(f"zeroshot/{d}", f"{path} not found", str(self.data_root),
+                                        manual=MANUAL[d].replace("<root>", str(self.data_root))))
+            else:
+                problems.append(files_problem(f"zeroshot/{d}", [path], self.data_root, download="zeroshot"))
+        return problems
+
     def _load(self):
         root = self.path()
-        wanted = tuple(self.options.get("datasets", DATASETS))
-        present = [d for d in wanted if (root / DATASETS[d]).exists()]
+        present = self.present
+        self.notes += self.skip_notes
         if not present:
-            raise MissingData(self.name, [str(root / DATASETS[d]) for d in wanted], self.data_root)
-        self.notes += [f"zeroshot/{d} skipped: {root / DATASETS[d]} not found" for d in wanted if d not in present]
+            raise DataError(f"zeroshot: no dataset left to score ({'; '.join(self.skip_notes)})")
+        from open_clip.zero_shot_metadata import OPENAI_IMAGENET_TEMPLATES, SIMPLE_IMAGENET_TEMPLATES
         templates = self.options.get("templates", "openai")
         self.templates = SIMPLE_IMAGENET_TEMPLATES if templates == "simple" else OPENAI_IMAGENET_TEMPLATES
         limit = self.options.get("max_images")
