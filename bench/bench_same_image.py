@@ -16,8 +16,13 @@ row: the share of anchors in a batch of 256 that share their image with another 
 same batch (`same_image_share`), and the expected share for a uniformly random order of the
 same set. Goal: <= 0.5 % with the global order. Results: bench/results/same_image.json.
 
-`same_image_share(batches_of_image_ids)` is importable, to add rows for other readers (e.g. the
-trainer's exact-pass epochs).
+Two more rows read the *input-order* set the way the papers' recipes do, with the trainer's
+exact-pass epochs (`trainer.exact.ExactStream`: a global permutation per epoch, random access), so
+the write order no longer matters; and for every row, `unmasked_same_image_pairs` counts the
+same-image pairs of its batches that the loss's false-negative mask (`trainer.loss.same_source`,
+`loss.mask_same_image`) leaves as negatives: 0 means none reaches the loss.
+
+`same_image_share(batches_of_image_ids)` is importable, to add rows for other readers.
 """
 from __future__ import annotations
 
@@ -100,8 +105,12 @@ class ImageIdComposer:
     batch_size: int
     partner: str = "none"
     num_partners: int = 0
+    negatives_per_image: int = 0
+    kinds: tuple = ()
+    subkinds: Optional[tuple] = None
 
-    def item(self, raw: dict, rng, source_dir: Optional[str] = None, with_partner: bool = False):
+    def item(self, raw: dict, rng, source_dir: Optional[str] = None, with_partner: bool = False,
+             negative_choice: Optional[int] = None):
         meta = json.loads(raw["json"])
         return meta["source"], meta["image_id"]
 
@@ -118,6 +127,35 @@ def stream_image_ids(shard_set: Path, batches: int, batch: int = 256, buffer: in
                          shuffle_buffer=buffer, max_bad_fraction=0.0)
     # the DataLoader turns tuples into lists: back to hashable (source, image_id) pairs
     return [[tuple(i) for i in ids] for ids, _ in make_loader(stream, workers, seed, 0)]
+
+
+def exact_image_ids(shard_set: Path, batches: int, batch: int = 256, seed: int = 0) -> list[list]:
+    """Batches of (source, image_id) as the trainer's exact-pass epochs deliver them."""
+    from trainer.data import make_loader, resolve_sources
+    from trainer.exact import ExactStream
+    from trainer.sample_index import SampleIndex
+    sources = resolve_sources([str(shard_set)])
+    stream = ExactStream(sources, [SampleIndex.load(shard_set)], ImageIdComposer(batch), seed, 0, 1, 1, 0.0)
+    stream.batches_per_epoch = min(batches, stream.available_batches)
+    return [[tuple(i) for i in ids] for ids, _ in make_loader(stream, 1, seed, 0)]
+
+
+def unmasked_same_image_pairs(batches_of_image_ids: Iterable[Sequence[Any]]) -> int:
+    """Same-image anchor pairs left as negatives by the loss's false-negative mask (both
+    directions, image->text and text->image), over all batches."""
+    import torch
+    from trainer.compose import stable_id
+    from trainer.loss import Layout, same_source
+    left = 0
+    for ids in batches_of_image_ids:
+        n = len(ids)
+        groups = torch.tensor([stable_id(f"{s}:{i}") for s, i in ids])
+        layout = Layout(torch.arange(n), torch.ones(n, dtype=torch.bool), torch.ones(n, dtype=torch.bool),
+                        torch.full((n,), -1), torch.full((n,), -1), groups, -1 - torch.arange(n))
+        i2t, t2i = same_source(layout)
+        same = (groups[:, None] == groups[None, :]) & ~torch.eye(n, dtype=torch.bool)
+        left += int((same & ~i2t).sum()) + int((same & ~t2i).sum())
+    return left
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -146,14 +184,21 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             write_caption_set(folder, ordered, record)
         cases = [("input order", 2000), ("global order", 2000), ("input order", 10_000),
                  ("global order", 10_000)]
-        for name, buffer in cases:
-            log(f"streaming {batches} batches of 256: {name}, shuffle buffer {buffer}")
-            ids = stream_image_ids(sets[name][0], batches, 256, buffer, workers=1, seed=args.seed)
+        for name, buffer in cases + [("input order", None)]:
+            if buffer is None:
+                log(f"reading {batches} batches of 256: {name}, exact-pass epoch (global permutation)")
+                ids = exact_image_ids(sets[name][0], batches, 256, seed=args.seed)
+                reader = "ExactStream (sampling: exact), 1 worker"
+            else:
+                log(f"streaming {batches} batches of 256: {name}, shuffle buffer {buffer}")
+                ids = stream_image_ids(sets[name][0], batches, 256, buffer, workers=1, seed=args.seed)
+                reader = "ShardStream resampled, 1 worker"
             share = same_image_share(ids)
-            rows.append({"order": name, "reader": "ShardStream resampled, 1 worker",
-                         "shuffle_buffer": buffer, "batch": 256, "batches": len(ids),
-                         "same_image_share": round(share, 5)})
-            log(f"  {share:.2%} of anchors share their image with another anchor of their batch")
+            rows.append({"order": name, "reader": reader, "shuffle_buffer": buffer, "batch": 256,
+                         "batches": len(ids), "same_image_share": round(share, 5),
+                         "unmasked_same_image_pairs": unmasked_same_image_pairs(ids)})
+            log(f"  {share:.2%} of anchors share their image with another anchor of their batch; "
+                f"{rows[-1]['unmasked_same_image_pairs']} such pairs left unmasked by the loss")
     finally:
         if not args.work_dir:
             shutil.rmtree(work, ignore_errors=True)

@@ -13,7 +13,6 @@ there (one message listing all that is missing, with the commands that fetch it)
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -52,12 +51,16 @@ def check_data(cfg: EvalConfig) -> None:
 
 def training_coco_ids(sources) -> set[int]:
     """The COCO image ids the training shard sets were built from (manifest key `image_ids`)."""
+    from datagen.schema import SchemaError
+    from datagen.shards import read_image_ids
+    from trainer.data import DataError
     ids: set[int] = set()
     for src in sources:
-        name = (src.manifest or {}).get("image_ids")
-        if src.directory and name:
-            text = (Path(src.directory) / name).read_text()
-            ids.update(int(line) for line in text.split() if line)
+        if src.directory:
+            try:
+                ids |= read_image_ids(src.directory) or set()
+            except SchemaError as err:
+                raise DataError(str(err)) from None
     return ids
 
 
