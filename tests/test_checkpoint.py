@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from models import CheckpointMeta, latest_checkpoint, load_model, read_meta, save_checkpoint
+from models.text_length import enable_text_trimming
 
 
 def test_round_trip_through_plain_open_clip(tmp_path, micro_model):
@@ -19,6 +20,7 @@ def test_round_trip_through_plain_open_clip(tmp_path, micro_model):
     path = save_checkpoint(tmp_path, "step_7", model, meta)
     plain, _, _ = open_clip.create_model_and_transforms("micro-vit-32", pretrained=str(path))
     plain.eval()
+    enable_text_trimming(plain)  # the same text path as `load_model` gives (models/text_length.py)
     images = torch.randn(3, 3, 32, 32)
     tokens = micro_model.tokenizer(["a cat", "two dogs", "a red cube left of a ball"])
     with torch.no_grad():

@@ -111,6 +111,12 @@ def clear_run(run_dir: Path, accelerator) -> None:
     accelerator.wait_for_everyone()
 
 
+def latest_step(ckpt_dir: Path) -> Optional[int]:
+    latest = latest_checkpoint(ckpt_dir) if ckpt_dir.is_dir() else None
+    match = NAME.match(latest.name) if latest else None
+    return int(match.group(1)) if match else None
+
+
 def record_metrics(ckpt_dir: Path, metrics: dict, best: bool) -> None:
     """Main process: put `metrics` into the latest checkpoint's sidecar; with `best`, point `best` at it."""
     latest = latest_checkpoint(ckpt_dir)

@@ -262,20 +262,22 @@ class Trainer:
         return metrics
 
     def checkpoint(self) -> None:
-        """Write the checkpoint of the current step (with the metrics known so far)."""
+        """Write the checkpoint of the current step; its metrics come with `record_metrics`."""
         info = self.loaded.info
+        self.state.metrics = {}
         meta = CheckpointMeta(arch=info.arch, activation=info.activation, lineage=info.lineage,
                               pretrained=self.recipe.model.pretrained, step=self.state.step,
                               epoch=self.state.epoch, recipe=recipe_to_dict(self.recipe),
-                              metrics=dict(self.state.metrics), overlap=dict(self.overlap))
+                              overlap=dict(self.overlap))
         checkpointing.save(self.acc, self.ckpt_dir, self.model, self.state, self.local_streams, meta,
                            False, self.recipe.checkpoint.keep_last)
 
     def record_metrics(self) -> None:
-        """After an evaluation: the latest checkpoint's sidecar gets the metrics, and `best`
-        moves to it when `checkpoint.best_metric` improved."""
+        """After an evaluation at a step that has a checkpoint: its sidecar gets the metrics, and
+        `best` moves to it when `checkpoint.best_metric` improved (an evaluation between
+        checkpoints is logged only: there is no checkpoint to point at)."""
         c, metrics = self.recipe.checkpoint, self.state.metrics
-        if self.acc.is_main_process and metrics:
+        if self.acc.is_main_process and metrics and checkpointing.latest_step(self.ckpt_dir) == self.state.step:
             name = c.best_metric.removeprefix("eval/") if c.best_metric else None
             value = metrics.get(name) if name else None
             better = value is not None and (self.state.best is None or
@@ -337,19 +339,18 @@ class Trainer:
                         "train/samples_per_s": rate, "train/memory_mb": memory_mb(),
                         "data/bad_samples": bad, **{f"train/{k}": v for k, v in info.items()}}, self.state.step)
                     tick, tick_samples = time.perf_counter(), 0
+                mid_epoch = self.state.batch_in_epoch < batches_per_epoch
+                if mid_epoch and r.checkpoint.every_n_steps and self.state.step % r.checkpoint.every_n_steps == 0:
+                    self.checkpoint()
                 if r.eval.every_n_steps and self.state.step % r.eval.every_n_steps == 0:
                     self.evaluate()
                     self.record_metrics()
-                if r.checkpoint.every_n_steps and self.state.step % r.checkpoint.every_n_steps == 0 \
-                        and self.state.batch_in_epoch < batches_per_epoch:
-                    self.checkpoint()
                 if pause_at and self.state.step == pause_at:
                     print(f"paused at step {pause_at}", file=sys.stderr, flush=True)
                     while True:  # the SIGKILL test kills the run here
                         time.sleep(1)
             self.monitor.end_epoch()
             self.state.epoch, self.state.batch_in_epoch, self.local_streams = epoch + 1, 0, {}
-            self.state.metrics = {}
             self.checkpoint()  # before evaluation: a crash in an evaluation loses no training
             if r.eval.every_epoch:
                 self.evaluate()
