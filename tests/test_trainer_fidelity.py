@@ -152,3 +152,12 @@ def test_a_missing_shard_set_names_the_command_that_builds_it(recipe, capsys):
     assert run([recipe, "data.train_shards=[data/shards/coco_karpathy]"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "shard set not found" in err and "prepare coco" in err
+
+
+def test_the_real_eval_check_lists_every_missing_benchmark(recipe, tmp_path, capsys):
+    """With eval.api's own check: an empty data root names every benchmark and the fetch commands."""
+    (tmp_path / "empty").mkdir()
+    assert run([recipe, "eval.benchmarks=[visla, sugarcrepe, aro]", f"eval.data_root={tmp_path / 'empty'}"]) == 2
+    err = capsys.readouterr().err
+    assert all(name in err for name in ("visla", "sugarcrepe", "aro")) and "python -m eval download" in err
+    assert not (tmp_path / "runs").exists()
