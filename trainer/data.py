@@ -229,16 +229,9 @@ class ShardStream(IterableDataset):
         return f"{what}/{self.seed}/{self.epoch}/{self.rank}/{stream}"
 
     def __iter__(self) -> Iterator[tuple[Any, dict]]:
-        next_iteration(self)
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        if workers != self.num_streams:
-            raise DataError(f"data: {workers} loader workers but the stream was built for {self.num_streams}")
-        first = self.start_batch + worker
-        stream = first % workers
-        quota = len(range(first, self.batches_per_epoch, workers))
-        if quota:
-            yield from self._stream(stream, quota)
+        stream, batches = next_iteration(self)
+        if batches:
+            yield from self._stream(stream, len(batches))
 
     def _reader(self, stream: int, state: dict, sources: list[Source], weights: Optional[list[float]],
                 tag: str, skip: int) -> Iterator[tuple[int, dict, random.Random]]:
@@ -334,14 +327,22 @@ def set_position(stream, epoch: int, batch_in_epoch: int, streams: dict) -> None
     stream.streams = {int(k): dict(v) for k, v in streams.items()}
 
 
-def next_iteration(stream) -> None:
-    """Called at the start of every iteration. The first one after `set_position` starts there;
-    each later one is the next epoch from its start. Persistent loader workers keep the copy of
+def next_iteration(stream) -> tuple[int, range]:
+    """Called at the start of every iteration (both stream classes); returns this worker's stream
+    id and the epoch's batches it makes. The first iteration after `set_position` starts there;
+    each later one is the next epoch from its start (persistent loader workers keep the copy of
     the stream they got at their first iteration and never see `set_position` again, so this is
-    how they move from epoch to epoch in step with the main process."""
+    how they move from epoch to epoch in step with the main process). Batch i of an epoch comes
+    from worker i mod W, and after a resume at batch b the workers are rotated by b."""
     if stream.iterations:
         stream.epoch, stream.start_batch, stream.streams = stream.epoch + 1, 0, {}
     stream.iterations += 1
+    info = get_worker_info()
+    worker, workers = (info.id, info.num_workers) if info else (0, 1)
+    if workers != stream.num_streams:
+        raise DataError(f"data: {workers} loader workers but the stream was built for {stream.num_streams}")
+    first = stream.start_batch + worker
+    return first % workers, range(first, stream.batches_per_epoch, workers)
 
 
 def make_loader(stream, workers: int, seed: int, epoch: int = 0, persistent: bool = False) -> DataLoader:

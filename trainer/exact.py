@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterator, Optional
 
 import numpy as np
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
 from trainer.compose import BadSample, Composer
 from trainer.data import DataError, Source, carries_partner, check_bad, next_iteration, set_position
@@ -127,19 +127,12 @@ class ExactStream(IterableDataset):
 
     # --- iteration ------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[tuple[Any, dict]]:
-        next_iteration(self)
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        if workers != self.num_streams:
-            raise DataError(f"data: {workers} loader workers but the stream was built for {self.num_streams}")
+        stream, batches = next_iteration(self)
         epoch = self.epoch if self.fixed_epoch is None else self.fixed_epoch
-        first = self.start_batch + worker
-        stream = first % workers
         state = {"consumed": 0, "bad": 0, "last_error": ""}
         state.update(self.streams.get(stream, {}))
         handles: dict = {}
         try:
-            batches = range(first, self.batches_per_epoch, workers)
             for n, batch in enumerate(batches):
                 items = self._compose(epoch, batch, state, stream, handles)
                 if n == len(batches) - 1:
