@@ -387,8 +387,9 @@ def section_same_image(r, goals, notes) -> str:
     if not r:
         goals.append(["6. anchors sharing their image in a batch of 256", goal, "not run", "-"])
         return head + "Not run."
-    rows = [[x["order"], x["reader"], f"{x['shuffle_buffer']:,}", x["batches"],
-             f"{100 * x['same_image_share']:.2f} %"] for x in r["rows"]]
+    rows = [[x["order"], x["reader"], f"{x['shuffle_buffer']:,}" if x["shuffle_buffer"] else "- (exact pass)",
+             x["batches"], f"{100 * x['same_image_share']:.2f} %", x.get("unmasked_same_image_pairs", "-")]
+            for x in r["rows"]]
     after = next(x for x in r["rows"] if x["order"] == "global order" and x["shuffle_buffer"] == 2000)
     goals.append(["6. anchors sharing their image in a batch of 256", goal,
                   f"{100 * after['same_image_share']:.2f} %", yes(r["goal_met"])])
@@ -398,11 +399,13 @@ def section_same_image(r, goals, notes) -> str:
     return head + (
         f"{r['images']:,} images x {r['captions_per_image']} captions in Karpathy order, written in input "
         f"order (as before issue 15) and in the global order every datagen writer now uses, shards of "
-        f"{r['shard_size']:,}; streamed by the trainer's `ShardStream` (resampled shards) in batches of 256. "
+        f"{r['shard_size']:,}; streamed by the trainer's `ShardStream` (resampled shards) in batches of 256, "
+        f"and the input-order set read by the exact-pass epochs the papers' recipes use (`ExactStream`). "
         f"Share of anchors whose image is also another anchor's in the same batch (uniformly random order: "
-        f"{100 * r['expected_uniform_random']:.2f} %):\n\n"
-        + markdown_table(["written order", "reader", "shuffle buffer", "batches", "same-image anchors"], rows,
-                         align=["l", "l", "r", "r", "r"]))
+        f"{100 * r['expected_uniform_random']:.2f} %), and the same-image pairs the loss's mask "
+        f"(`loss.mask_same_image`) leaves as negatives:\n\n"
+        + markdown_table(["written order", "reader", "shuffle buffer", "batches", "same-image anchors",
+                          "left unmasked"], rows, align=["l", "l", "r", "r", "r", "r"]))
 
 
 def main() -> None:
