@@ -19,6 +19,8 @@ import os
 import sys
 from pathlib import Path
 
+from datagen.negatives.plausibility import DEFAULT_MARGIN, parse_margin
+
 
 def _generate(args: argparse.Namespace) -> int:
     from datagen.negatives.pipeline import run_generate
@@ -32,7 +34,10 @@ def _generate(args: argparse.Namespace) -> int:
                           vocab_sample=args.vocab_sample, max_words=args.max_words,
                           progress=not args.quiet, image_col=args.image_col,
                           caption_col=args.caption_col, limit=args.limit, images=images,
-                          skip_missing=args.skip_missing)
+                          skip_missing=args.skip_missing,
+                          plausibility=None if args.no_plausibility else (
+                              f"hf:{args.lm_model}" if args.lm_model else "ngram"),
+                          margin=args.margin)
     print(json.dumps(result["stats"], indent=1, sort_keys=True))
     return 0
 
@@ -92,6 +97,15 @@ def main(argv: list[str] | None = None) -> int:
                      help="folder the inputs' image paths are relative to: attach the images")
     gen.add_argument("--skip-missing", action="store_true",
                      help="with --images: skip and count missing images instead of stopping")
+    gen.add_argument("--margin", type=parse_margin, default=DEFAULT_MARGIN,
+                     help="plausibility filter: drop negatives more than this many nats per token "
+                          "less likely than their caption; one number or per kind, e.g. "
+                          "swap=1.2,replace=0.5,add=0.5 (default %(default)s)")
+    gen.add_argument("--no-plausibility", action="store_true",
+                     help="no plausibility filter (rule negatives as drawn)")
+    gen.add_argument("--lm-model", default=None,
+                     help="local Hugging Face causal LM folder to score plausibility with "
+                          "(default: the corpus n-gram model)")
     gen.add_argument("--quiet", action="store_true", help="no progress bar")
     gen.set_defaults(func=_generate)
 

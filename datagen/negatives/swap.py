@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Optional
 
 from datagen.negatives.base import normalise, register_negative
 from datagen.negatives.text import View, render, swap_spans, view
-from datagen.negatives.vocab import ADJ_STOP, is_part_noun
+from datagen.negatives.vocab import ADJ_STOP, POSITION_NOUNS, is_part_noun
 from datagen.schema import Negative
 
 Span = tuple[int, int]
@@ -51,11 +51,32 @@ def pick(v: View, rng: random.Random, candidates: list, build: Callable[[object]
 
 
 def _swap_pairs(v: View, spans: Iterable[Span], rng: random.Random, subkind: str, limit: int,
-                kind: str = "swap") -> list[Negative]:
+                kind: str = "swap", apart: bool = False) -> list[Negative]:
+    """Every pair of `spans` with different words; with `apart`, only single tokens of two
+    different noun chunks (or outside chunks), so "black and brown dog" or "pickup truck" is
+    never turned around inside one phrase."""
     spans = list(spans)
     texts = [" ".join(v.lower[s:e]) for s, e in spans]
-    pairs = [(a, b) for (i, a), (j, b) in combinations(enumerate(spans), 2) if texts[i] != texts[j]]
+    pairs = [(a, b) for (i, a), (j, b) in combinations(enumerate(spans), 2) if texts[i] != texts[j]
+             and not (apart and v.chunk_at[a[0]] >= 0 and v.chunk_at[a[0]] == v.chunk_at[b[0]])
+             and not same_list(v, a, b)]
     return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), kind, subkind, limit)
+
+
+def same_list(v: View, a: Span, b: Span) -> bool:
+    """`a` and `b` are items of one list ("broccoli, carrots and meat"): only commas, "and" /
+    "or" and other noun chunks stand between them, so swapping them keeps the meaning."""
+    (_, a1), (b0, _) = sorted([a, b])
+    between = range(a1, b0)
+    if not between:
+        return False
+    joined = False
+    for i in between:
+        if v.tags[i] in (",", "CC"):
+            joined = True
+        elif v.chunk_at[i] < 0:
+            return False
+    return joined
 
 
 def _tokens(v: View, keep: Callable[[int], bool]) -> list[Span]:
@@ -63,11 +84,18 @@ def _tokens(v: View, keep: Callable[[int], bool]) -> list[Span]:
     return [(i, i + 1) for i in range(len(v)) if keep(i) and i not in v.hyphenated]
 
 
+def _object_noun(v: View, i: int) -> bool:
+    """A noun that names a thing: not positional / partitive / framing ("front", "piece",
+    "picture"), not followed by "of" ("a bowl of"), not a possessor ("person's")."""
+    nxt = v.lower[i + 1] if i + 1 < len(v) else ""
+    return v.lower[i] not in POSITION_NOUNS and nxt not in ("of", "'s", "'")
+
+
 @register_negative("swap", "noun_chunk")
 def swap_noun_chunk(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v = view(doc)
-    return _swap_pairs(v, [(c.start, c.end) for c in v.chunks if c.end - c.start > 2], rng,
-                       "noun_chunk", limit)
+    return _swap_pairs(v, [(c.start, c.end) for c in v.chunks if c.end - c.start > 2
+                           and not is_part_noun(v, c)], rng, "noun_chunk", limit)
 
 
 @register_negative("swap", "verb_phrase")
@@ -80,13 +108,15 @@ def swap_verb_phrase(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> 
 @register_negative("swap", "noun")
 def swap_noun(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v = view(doc)
-    return _swap_pairs(v, _tokens(v, lambda i: v.tags[i] == "NN"), rng, "noun", limit)
+    return _swap_pairs(v, _tokens(v, lambda i: v.tags[i] == "NN" and _object_noun(v, i)), rng,
+                       "noun", limit, apart=True)
 
 
 @register_negative("swap", "noun_plural")
 def swap_noun_plural(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v = view(doc)
-    return _swap_pairs(v, _tokens(v, lambda i: v.tags[i] == "NNS"), rng, "noun_plural", limit)
+    return _swap_pairs(v, _tokens(v, lambda i: v.tags[i] == "NNS" and _object_noun(v, i)), rng,
+                       "noun_plural", limit, apart=True)
 
 
 @register_negative("swap", "adverb")
@@ -98,7 +128,8 @@ def swap_adverb(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
 @register_negative("swap", "adjective")
 def swap_adjective(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v = view(doc)
-    return _swap_pairs(v, _tokens(v, lambda i: v.pos[i] == "ADJ"), rng, "adjective", limit)
+    return _swap_pairs(v, _tokens(v, lambda i: v.pos[i] == "ADJ" and v.lower[i] not in ADJ_STOP),
+                       rng, "adjective", limit, apart=True)
 
 
 def _number(v: View, head: int) -> str:
@@ -112,7 +143,8 @@ def swap_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Neg
     chunks = [c for c in v.chunks if not is_part_noun(v, c)]
     pairs = [((a.start, a.end), (b.start, b.end)) for a, b in combinations(chunks, 2)
              if v.lower[a.head] != v.lower[b.head] and _number(v, a.head) == _number(v, b.head)
-             and v.lower[a.head].isalpha() and v.lower[b.head].isalpha()]
+             and v.lower[a.head].isalpha() and v.lower[b.head].isalpha()
+             and not same_list(v, (a.start, a.end), (b.start, b.end))]
     return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), "swap", "obj", limit)
 
 
@@ -126,5 +158,5 @@ def swap_att(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Neg
         if adjs:
             firsts.append((adjs[0], v.lower[c.head]))
     pairs = [((a, a + 1), (b, b + 1)) for (a, ha), (b, hb) in combinations(firsts, 2)
-             if ha != hb and v.lower[a] != v.lower[b]]
+             if ha != hb and v.lower[a] != v.lower[b] and not same_list(v, (a, a + 1), (b, b + 1))]
     return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), "swap", "att", limit)
