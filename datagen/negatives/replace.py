@@ -55,7 +55,7 @@ def _replace(v: View, i: int, word: Optional[str]) -> Optional[str]:
 def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v, voc = view(doc), vocab_or_builtin(vocab)
     chunks = [c for c in v.chunks if v.tags[c.head] in ("NN", "NNS") and _plain(v, c.head)
-              and c.noun_start == c.head and not is_part_noun(v, c)]
+              and c.noun_start == c.head and not is_part_noun(v, c) and not _compound_next(v, c)]
 
     def build(c):
         buckets = [f"noun/{v.tags[c.head]}/{role}" for role in noun_roles(v, c)]
@@ -67,6 +67,13 @@ def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
             new = voc.sample(rng, buckets, v.lower[c.head], avoid=v.lemmas)
         return _replace(v, c.head, new)
     return pick(v, rng, chunks * limit, build, "replace", "obj", limit)
+
+
+def _compound_next(v: View, c) -> bool:
+    """The tagger cut a compound: a singular head followed by a noun or a base-form verb
+    ("a teddy [bear]" tagged VBP) is the first half of a compound, not an object."""
+    return (v.tags[c.head] == "NN" and c.end < len(v)
+            and v.tags[c.end] in ("NN", "NNS", "NNP", "VB", "VBP"))
 
 
 def _head_of(v: View, i: int) -> Optional[str]:

@@ -88,7 +88,8 @@ def _object_noun(v: View, i: int) -> bool:
     """A noun that names a thing: not positional / partitive / framing ("front", "piece",
     "picture"), not followed by "of" ("a bowl of"), not a possessor ("person's")."""
     nxt = v.lower[i + 1] if i + 1 < len(v) else ""
-    return v.lower[i] not in POSITION_NOUNS and nxt not in ("of", "'s", "'")
+    return (v.lower[i].isalpha() and v.lower[i] not in POSITION_NOUNS
+            and nxt not in ("of", "'s", "'"))
 
 
 @register_negative("swap", "noun_chunk")

@@ -169,7 +169,8 @@ def view(doc) -> View:
         v.chunk_at[c.start:c.end] = [k] * (c.end - c.start)
     vcodes = "".join("x" if i in v.modifiers else _VERB_CODE.get(p, "x") for i, p in enumerate(pos))
     v.verb_phrases = [m.span() for m in _VP_RE.finditer(vcodes)]
-    v.hyphenated = {j for i, t in enumerate(tags) if t == "HYPH" and not ws[i] for j in (i - 1, i + 1)}
+    v.hyphenated = {j for i, (w, t) in enumerate(zip(words, tags)) if (t == "HYPH" or w == "-")
+                    and not ws[i] and i > 0 and not ws[i - 1] for j in (i - 1, i, i + 1)}
     doc.user_data["compclip.view"] = v
     return v
 
