@@ -3,7 +3,8 @@
     python -m datagen.negatives generate captions_train2017.json out/ [--workers 1] [--mode all]
         [--images train2017/ [--skip-missing]]
     python -m datagen.negatives audit --sugarcrepe ../shared/benchmarks/sugarcrepe \
-        --json audit.json --markdown audit.md [--ours out/]
+        --json audit.json --markdown audit.md [--ours out/] [--judge-sample to_judge.tsv]
+    python -m datagen.negatives judged docs/negatives_judged_before.tsv docs/negatives_judged_after.tsv
 
 `generate` writes a shard set (see datagen/negatives/pipeline.py); rerunning the same command
 after a kill resumes. With `--images` each caption's image file is put into its sample (what
@@ -55,6 +56,9 @@ def _audit(args: argparse.Namespace) -> int:
         ours_pairs = audit.ours_on_captions(captions, seed=args.seed)
         coverage, coverage_kind = audit.coverage(ours_pairs, len(captions))
         corpus = f"SugarCrepe positive captions ({len(captions)} distinct)"
+    if args.judge_sample:
+        audit.write_judge_tsv(audit.judge_sample(ours_pairs, args.judge_per_kind, args.judge_seed),
+                              args.judge_sample)
     ours = audit.audit(ours_pairs, encoder, args.max_pairs, args.seed)
     report = {"corpus": corpus, "encoder": "all-MiniLM-L6-v2", "max_pairs": args.max_pairs,
               "seed": args.seed, "ours": ours, "sugarcrepe": reference, "coverage": coverage,
@@ -65,6 +69,18 @@ def _audit(args: argparse.Namespace) -> int:
     if args.markdown:
         Path(args.markdown).write_text(f"Ours on: {corpus}\n\n{table}")
     print(table)
+    return 0
+
+
+def _judged(args: argparse.Namespace) -> int:
+    from datagen import audit
+    rows = ["| file | kind | n | grammatical % | different % | plausible % | all three % |",
+            "|---|---|---:|---:|---:|---:|---:|"]
+    for path in args.files:
+        for kind, r in audit.judged_summary(path).items():
+            rows.append(f"| {Path(path).name} | {kind} | {r['n']} | {100 * r['grammatical']:.0f} | "
+                        f"{100 * r['different']:.0f} | {100 * r['plausible']:.0f} | {100 * r['all_three']:.0f} |")
+    print("\n".join(rows))
     return 0
 
 
@@ -117,7 +133,15 @@ def main(argv: list[str] | None = None) -> int:
     aud.add_argument("--seed", type=int, default=0)
     aud.add_argument("--json", default=None)
     aud.add_argument("--markdown", default=None)
+    aud.add_argument("--judge-sample", default=None,
+                     help="also write a TSV of our pairs to judge by hand (see `judged`)")
+    aud.add_argument("--judge-per-kind", type=int, default=100)
+    aud.add_argument("--judge-seed", type=int, default=17)
     aud.set_defaults(func=_audit)
+
+    jud = sub.add_parser("judged", help="summarise hand-judged TSV files (grammatical / different / plausible)")
+    jud.add_argument("files", nargs="+")
+    jud.set_defaults(func=_judged)
 
     args = parser.parse_args(argv)
     try:

@@ -42,3 +42,16 @@ def hypernyms() -> dict[str, set[str]]:
             more |= raw.get(word, set())
         closed[general] = more
     return closed
+
+
+@lru_cache(maxsize=1)
+def categories() -> dict[str, str]:
+    """`{word: kind of thing}` from `swap_categories` over the closed hypernym lists (the
+    general words themselves included): "woman" -> animate, "bowl" -> object."""
+    hyper = hypernyms()
+    out: dict[str, str] = {}
+    for category, generals in lexicon()["swap_categories"].items():
+        for general in generals.split():
+            for word in {general} | hyper.get(general, set()):
+                out.setdefault(word, category)
+    return out

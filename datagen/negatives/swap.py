@@ -14,6 +14,9 @@ found (a candidate equal to the caption after `normalise` is dropped).
 | `adjective`   | two adjectives                                                               |
 | `obj`         | two whole noun chunks of the same number ("a man ... a horse" -> "a horse ... a man") |
 | `att`         | the first adjectives of two chunks with different heads ("blue bathroom, white towels") |
+
+Noun swaps (`noun_chunk`, `noun`, `noun_plural`, `obj`) try pairs of one kind of thing first
+(two people or animals, two foods ...: `same_category`), which keeps more scenes possible.
 """
 from __future__ import annotations
 
@@ -23,18 +26,23 @@ from typing import Callable, Iterable, Optional
 
 from datagen.negatives.base import normalise, register_negative
 from datagen.negatives.text import View, render, swap_spans, view
-from datagen.negatives.vocab import ADJ_STOP, POSITION_NOUNS, is_part_noun
+from datagen.negatives import lexicon
+from datagen.negatives.vocab import ADJ_STOP, POSITION_NOUNS, crude_lemma, is_part_noun
 from datagen.schema import Negative
 
 Span = tuple[int, int]
 
 
 def pick(v: View, rng: random.Random, candidates: list, build: Callable[[object], Optional[str]],
-         kind: str, subkind: str, limit: int) -> list[Negative]:
-    """Shuffle `candidates`, render each with `build`, keep up to `limit` distinct new captions."""
+         kind: str, subkind: str, limit: int,
+         first: Optional[Callable[[object], bool]] = None) -> list[Negative]:
+    """Shuffle `candidates` (those passing `first` ahead, in shuffled order), render each with
+    `build`, keep up to `limit` distinct new captions."""
     if not candidates:
         return []
     rng.shuffle(candidates)
+    if first is not None:
+        candidates.sort(key=lambda c: not first(c))
     seen = {v.norm}
     out = []
     for cand in candidates:
@@ -50,8 +58,18 @@ def pick(v: View, rng: random.Random, candidates: list, build: Callable[[object]
     return out
 
 
+def same_category(v: View, a: Span, b: Span) -> bool:
+    """The last words of both spans name one kind of thing (`swap_categories` in the lexicon:
+    two people or animals, two foods, two pieces of furniture ...): "a woman ... a child"
+    swaps into a scene that can exist, "a dog ... a helmet" rarely does."""
+    cats = lexicon.categories()
+    ca = cats.get(crude_lemma(v.lower[a[1] - 1])) or cats.get(v.lower[a[1] - 1])
+    cb = cats.get(crude_lemma(v.lower[b[1] - 1])) or cats.get(v.lower[b[1] - 1])
+    return ca is not None and ca == cb
+
+
 def _swap_pairs(v: View, spans: Iterable[Span], rng: random.Random, subkind: str, limit: int,
-                kind: str = "swap", apart: bool = False) -> list[Negative]:
+                kind: str = "swap", apart: bool = False, prefer_same: bool = False) -> list[Negative]:
     """Every pair of `spans` with different words; with `apart`, only single tokens of two
     different noun chunks (or outside chunks), so "black and brown dog" or "pickup truck" is
     never turned around inside one phrase."""
@@ -61,6 +79,13 @@ def _swap_pairs(v: View, spans: Iterable[Span], rng: random.Random, subkind: str
              and not (apart and v.chunk_at[a[0]] >= 0 and v.chunk_at[a[0]] == v.chunk_at[b[0]])
              and not same_list(v, a, b)]
     return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), kind, subkind, limit)
+
+
+def whole_words(v: View, start: int, end: int) -> bool:
+    """The span does not cut a hyphenated word ("wet-suited") at either end."""
+    return not ({start, end - 1} & v.hyphenated) or (
+        (start == 0 or start - 1 not in v.hyphenated or v.words[start - 1] != "-")
+        and (end == len(v) or v.words[end] != "-"))
 
 
 def same_list(v: View, a: Span, b: Span) -> bool:
@@ -96,7 +121,8 @@ def _object_noun(v: View, i: int) -> bool:
 def swap_noun_chunk(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v = view(doc)
     return _swap_pairs(v, [(c.start, c.end) for c in v.chunks if c.end - c.start > 2
-                           and not is_part_noun(v, c)], rng, "noun_chunk", limit)
+                           and not is_part_noun(v, c) and whole_words(v, c.start, c.end)],
+                       rng, "noun_chunk", limit, prefer_same=True)
 
 
 @register_negative("swap", "verb_phrase")
@@ -110,14 +136,14 @@ def swap_verb_phrase(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> 
 def swap_noun(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v = view(doc)
     return _swap_pairs(v, _tokens(v, lambda i: v.tags[i] == "NN" and _object_noun(v, i)), rng,
-                       "noun", limit, apart=True)
+                       "noun", limit, apart=True, prefer_same=True)
 
 
 @register_negative("swap", "noun_plural")
 def swap_noun_plural(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v = view(doc)
     return _swap_pairs(v, _tokens(v, lambda i: v.tags[i] == "NNS" and _object_noun(v, i)), rng,
-                       "noun_plural", limit, apart=True)
+                       "noun_plural", limit, apart=True, prefer_same=True)
 
 
 @register_negative("swap", "adverb")
@@ -141,12 +167,13 @@ def _number(v: View, head: int) -> str:
 def swap_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     """Two whole noun chunks with different heads and the same number, so verbs still agree."""
     v = view(doc)
-    chunks = [c for c in v.chunks if not is_part_noun(v, c)]
+    chunks = [c for c in v.chunks if not is_part_noun(v, c) and whole_words(v, c.start, c.end)]
     pairs = [((a.start, a.end), (b.start, b.end)) for a, b in combinations(chunks, 2)
              if v.lower[a.head] != v.lower[b.head] and _number(v, a.head) == _number(v, b.head)
              and v.lower[a.head].isalpha() and v.lower[b.head].isalpha()
              and not same_list(v, (a.start, a.end), (b.start, b.end))]
-    return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), "swap", "obj", limit)
+    return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), "swap", "obj", limit,
+                first=lambda ab: same_category(v, *ab))
 
 
 @register_negative("swap", "att")
