@@ -261,3 +261,16 @@ def test_decode_errors_name_the_real_line(tmp_path):
                    b'{"id": 2, "image_id": 1, "caption": "b\xe9"}\n], "images": []}')
     with pytest.raises(InputError, match=r"line 3: byte 0xe9"):
         list(read_items(js))
+
+
+def test_noun_swaps_prefer_two_things_of_one_kind(nlp, captions, vocab):
+    from datagen.negatives.swap import same_category
+    caption = "A woman flies a kite near a young child."
+    assert caption in captions  # a real SugarCrepe (COCO val2017) caption
+    gen = RuleNegativeGenerator(kinds=["swap:obj"], vocab=vocab, nlp=nlp, plausibility=None)
+    for seed in range(8):  # three chunks; only woman <-> child is a swap of two people
+        (neg,) = gen.generate([caption], seed=seed)[0]
+        assert neg.text == "A young child flies a kite near a woman.", neg.text
+    v = view(nlp(caption))
+    spans = [(c.start, c.end) for c in v.chunks]
+    assert same_category(v, spans[0], spans[2]) and not same_category(v, spans[0], spans[1])
