@@ -274,3 +274,16 @@ def test_noun_swaps_prefer_two_things_of_one_kind(nlp, captions, vocab):
     v = view(nlp(caption))
     spans = [(c.start, c.end) for c in v.chunks]
     assert same_category(v, spans[0], spans[2]) and not same_category(v, spans[0], spans[1])
+
+
+def test_judged_files_are_complete_and_summarised(repo_root, tmp_path):
+    for name in ("negatives_judged_before.tsv", "negatives_judged_after.tsv"):
+        summary = audit.judged_summary(repo_root / "docs" / name)
+        assert [summary[k]["n"] for k in ("swap", "replace", "add", "all")] == [100, 100, 100, 300]
+        assert all(0 <= summary["all"][c] <= 1 for c in ("grammatical", "different", "plausible", "all_three"))
+    groups = {"swap:obj": [(f"c{i}", f"s{i}") for i in range(150)], "add:att": [("c", "a")] * 3}
+    rows = audit.judge_sample(groups, per_kind=100, seed=0)
+    assert [r["kind"] for r in rows].count("swap") == 100 and [r["kind"] for r in rows].count("add") == 3
+    audit.write_judge_tsv(rows, tmp_path / "j.tsv")
+    with pytest.raises(ValueError, match="not judged"):
+        audit.judged_summary(tmp_path / "j.tsv")

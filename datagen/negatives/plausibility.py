@@ -61,8 +61,10 @@ class NgramLM:
                 self.ctx[gram[:-1]] += n
                 self.types[gram[:-1]] += 1
         self.total = sum(n for g, n in counts.items() if len(g) == 1)
+        self.stats = {h: (n, self.types[h]) for h, n in self.ctx.items()}  # context -> (total, types)
         self._cache: Optional[tuple] = None  # the last positive: text, padded, left-out counts, sums
         self.vocab = sum(1 for g in counts if len(g) == 1) + 1  # + unknown
+        self.denominator = self.total + self.vocab
 
     @classmethod
     def train(cls, texts: Iterable[str]) -> "NgramLM":
@@ -78,23 +80,27 @@ class NgramLM:
 
     def _lp(self, padded: list[str], i: int, minus: Optional[dict]) -> float:
         """log P(padded[i] | padded[i-2], padded[i-1]), Witten-Bell interpolated."""
-        counts, ctx, types = self.counts, self.ctx, self.types
+        counts, stats = self.counts, self.stats
         w, h1, h2 = padded[i], (padded[i - 1],), (padded[i - 2], padded[i - 1])
         if not minus:
-            p = (counts.get((w,), 0) + 1) / (self.total + self.vocab)
-            for h in (h1, h2):
-                hc = ctx.get(h)
-                if hc:
-                    t = types[h]
-                    p = (counts.get(h + (w,), 0) + t * p) / (hc + t)
+            p = (counts.get((w,), 0) + 1) / self.denominator
+            st = stats.get(h1)
+            if st:
+                p = (counts.get((h1[0], w), 0) + st[1] * p) / (st[0] + st[1])
+                st = stats.get(h2)
+                if st:
+                    p = (counts.get((h2[0], h2[1], w), 0) + st[1] * p) / (st[0] + st[1])
             return math.log(p)
         less = minus.get
-        p = (counts.get((w,), 0) - less((w,), 0) + 1) / (self.total - minus["#"] + self.vocab)
+        p = (counts.get((w,), 0) - less((w,), 0) + 1) / (self.denominator - minus["#"])
         for h in (h1, h2):
-            hc = ctx.get(h, 0) - less((_CTX,) + h, 0)
+            st = stats.get(h)
+            if not st:
+                continue
+            hc = st[0] - less((_CTX,) + h, 0)
             if hc <= 0:
                 continue
-            t = types[h] - less((_TYPES,) + h, 0)
+            t = st[1] - less((_TYPES,) + h, 0)
             p = (counts.get(h + (w,), 0) - less(h + (w,), 0) + t * p) / (hc + t)
         return math.log(p)
 
