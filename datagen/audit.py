@@ -181,3 +181,53 @@ def markdown_table(ours: dict[str, dict], reference: dict[str, dict],
         rows += ["", "Coverage per kind (a negative of any of its sub-kinds): " + ", ".join(
             f"{k} {_pct(v)} %" for k, v in sorted(coverage_kind.items()))]
     return "\n".join(rows) + "\n"
+
+
+JUDGE_COLUMNS = ("caption", "negative", "kind", "subkind", "grammatical", "different", "plausible")
+JUDGE_KINDS = ("swap", "replace", "add")
+
+
+def judge_sample(groups: dict[str, Pairs], per_kind: int = 100, seed: int = 0) -> list[dict[str, str]]:
+    """`per_kind` (positive, negative) pairs per kind (swap / replace / add), drawn uniformly from
+    all of that kind's sub-kinds with a seeded rng, for a person to judge: rows with
+    `JUDGE_COLUMNS`, the three judgement columns empty."""
+    rng = random.Random(seed)
+    rows = []
+    for kind in JUDGE_KINDS:
+        pool = [(name.split(":")[1], p, n) for name, pairs in sorted(groups.items())
+                if name.split(":")[0] == kind for p, n in pairs]
+        for sub, pos, neg in rng.sample(pool, min(per_kind, len(pool))):
+            rows.append({"caption": pos, "negative": neg, "kind": kind, "subkind": sub,
+                         "grammatical": "", "different": "", "plausible": ""})
+    return rows
+
+
+def write_judge_tsv(rows: list[dict[str, str]], path: str | Path) -> None:
+    import csv
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=JUDGE_COLUMNS, delimiter="\t", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def judged_summary(path: str | Path) -> dict[str, dict[str, float]]:
+    """Per kind and overall: share of judged rows that are grammatical, different, plausible
+    and all three (judgement columns are 1 / 0; rows with an empty judgement are an error)."""
+    import csv
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t"))
+    out: dict[str, dict[str, float]] = {}
+    for kind in (*JUDGE_KINDS, "all"):
+        sel = [r for r in rows if kind == "all" or r["kind"] == kind]
+        if not sel:
+            continue
+        marks = []
+        for i, r in enumerate(sel):
+            try:
+                marks.append([int(r[c]) for c in JUDGE_COLUMNS[4:]])
+            except (ValueError, TypeError):
+                raise ValueError(f"{path}: row '{r['negative']}' is not judged 0/1 in every column") from None
+        n = len(marks)
+        out[kind] = {"n": n, **{c: sum(m[j] for m in marks) / n for j, c in enumerate(JUDGE_COLUMNS[4:])},
+                     "all_three": sum(all(m) for m in marks) / n}
+    return out

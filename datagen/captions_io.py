@@ -13,7 +13,9 @@
 (int) is set whenever the image is a COCO image: the id of a COCO 2017 file, Karpathy's
 `cocoid` (Karpathy's Flickr files have none), or a table row whose file name is COCO's
 (`000000391895.jpg`, `COCO_val2014_000000391895.jpg`).
-Bad input raises `InputError` naming the file and the line, row or key.
+Bad input raises `InputError` naming the file and the line, row or key; a byte that is not
+UTF-8 is reported at its line in the file (`bad_utf8_line`), not at the line the reader had
+reached when the decoder met it (text files are decoded in blocks).
 """
 from __future__ import annotations
 
@@ -82,10 +84,29 @@ def _read_shards(urls: list[str]) -> Iterator[CaptionItem]:
             yield CaptionItem(raw["__key__"], caption, raw=raw)
 
 
+def bad_utf8_line(path: Path) -> tuple[int, str]:
+    """(1-based line number, reason) of the first line of `path` that is not UTF-8, read line
+    by line in binary; (0, "") if every line decodes."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                return number, f"byte 0x{raw[err.start]:02x} at column {err.start + 1} is not UTF-8"
+    return 0, ""
+
+
+def _utf8_error(path: Path, err: UnicodeDecodeError) -> InputError:
+    line, reason = bad_utf8_line(path)
+    return InputError(f"{path}: line {line}: {reason}" if line else f"{path}: not UTF-8 ({err})")
+
+
 def _read_coco_json(path: Path) -> Iterator[CaptionItem]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except UnicodeDecodeError as err:
+        raise _utf8_error(path, err) from None
+    except json.JSONDecodeError as err:
         raise InputError(f"{path}: not valid JSON ({err})") from None
     if isinstance(data, dict) and "annotations" in data:
         return _coco2017(path, data)
@@ -153,7 +174,9 @@ def _read_table(path: Path, delimiter: str, image_col: Optional[str],
             header = next(reader)
         except StopIteration:
             return
-        except (csv.Error, UnicodeDecodeError) as err:
+        except UnicodeDecodeError as err:
+            raise _utf8_error(path, err) from None
+        except csv.Error as err:
             raise InputError(f"{path}: line 1: {err}") from None
         ci = _pick_column(path, header, caption_col, CAPTION_COLUMNS, "caption")
         ii = _pick_column(path, header, image_col, IMAGE_COLUMNS, "image path")
@@ -163,7 +186,9 @@ def _read_table(path: Path, delimiter: str, image_col: Optional[str],
                 fields = next(reader)
             except StopIteration:
                 return
-            except (csv.Error, UnicodeDecodeError) as err:
+            except UnicodeDecodeError as err:
+                raise _utf8_error(path, err) from None
+            except csv.Error as err:
                 raise InputError(f"{path}: line {reader.line_num}: {err}") from None
             if not fields:
                 continue

@@ -51,7 +51,9 @@ def nlp():
 def vocab(nlp):
     gen = RuleNegativeGenerator(nlp=nlp)
     from datagen.negatives.text import view
-    return Vocabulary.mine(view(d) for d in gen.parse(CORPUS))
+    voc = Vocabulary.mine(view(d) for d in gen.parse(CORPUS))
+    voc.lm = None  # rule mechanics only: no plausibility filter (tests/test_negatives_quality.py has it)
+    return voc
 
 
 def test_every_schema_subkind_but_swap_rel_has_a_rule():

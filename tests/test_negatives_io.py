@@ -82,7 +82,7 @@ def test_generate_text_only_shards_and_skip_counts(tmp_path):
     caps = captions(80)
     src = write_csv(tmp_path / "caps.csv", caps)
     out = tmp_path / "out"
-    result = run_generate(src, out, shard_size=30, chunk_size=25, progress=False)
+    result = run_generate(src, out, shard_size=30, chunk_size=25, progress=False, plausibility=None)
     manifest = result["manifest"]
     assert manifest["complete"] and sum(s["inputs"] for s in manifest["shards"]) == 80
     skipped = {}
@@ -180,8 +180,9 @@ def test_shard_input_keeps_images_undecoded(tmp_path):
             w.add(ShardSample(f"s{i:03d}", cap, image=b"\xff\xd8 not really a jpeg " + bytes([i]),
                               meta={"i": i}))
     out = tmp_path / "out"
-    run_generate(src, out, shard_size=100, progress=False)
-    run_generate(out, tmp_path / "again", shard_size=100, progress=False)  # rule negatives replaced
+    run_generate(src, out, shard_size=100, progress=False, plausibility=None)
+    run_generate(out, tmp_path / "again", shard_size=100, progress=False,
+                 plausibility=None)  # rule negatives replaced
     again = [r for u in shard_urls(tmp_path / "again") for r in iter_raw_samples(u)]
     first = [r for u in shard_urls(out) for r in iter_raw_samples(u)]
     assert [r["neg.json"] for r in again] == [r["neg.json"] for r in first]

@@ -1,9 +1,10 @@
 """Hard-negative caption generators (swap / replace / add), one kind per function.
 
-Modules: `base` (registry and protocol), `text` (token view, rendering, caption filter), `vocab`
-(corpus vocabularies, synonym guard), `swap` / `replace` / `add` (the rules), `rules`
-(`RuleNegativeGenerator`), `llm` (`LLMNegativeGenerator`), `pipeline` (corpus runs to shards),
-`__main__` (CLI). Importing `datagen.negatives.rules` registers every rule function.
+Modules: `base` (registry and protocol), `text` (token view, noun chunks, rendering, caption
+filter), `language` (English or not), `lexicon` (the word lists of `data/lexicon.json`), `vocab`
+(corpus vocabularies, synonym / hypernym guard), `swap` / `replace` / `add` (the rules),
+`plausibility` (n-gram and Hugging Face scorers, the filter), `rules` (`RuleNegativeGenerator`),
+`llm` (`LLMNegativeGenerator`), `pipeline` (corpus runs to shards), `__main__` (CLI). Importing `datagen.negatives.rules` registers every rule function.
 """
 from datagen.negatives.base import NEGATIVE_FNS, NegativeFn, NegativeGenerator, register_negative
 

@@ -3,7 +3,8 @@
     python -m datagen.negatives generate captions_train2017.json out/ [--workers 1] [--mode all]
         [--images train2017/ [--skip-missing]]
     python -m datagen.negatives audit --sugarcrepe ../shared/benchmarks/sugarcrepe \
-        --json audit.json --markdown audit.md [--ours out/]
+        --json audit.json --markdown audit.md [--ours out/] [--judge-sample to_judge.tsv]
+    python -m datagen.negatives judged docs/negatives_judged_before.tsv docs/negatives_judged_after.tsv
 
 `generate` writes a shard set (see datagen/negatives/pipeline.py); rerunning the same command
 after a kill resumes. With `--images` each caption's image file is put into its sample (what
@@ -19,6 +20,8 @@ import os
 import sys
 from pathlib import Path
 
+from datagen.negatives.plausibility import DEFAULT_MARGIN, parse_margin
+
 
 def _generate(args: argparse.Namespace) -> int:
     from datagen.negatives.pipeline import run_generate
@@ -32,7 +35,10 @@ def _generate(args: argparse.Namespace) -> int:
                           vocab_sample=args.vocab_sample, max_words=args.max_words,
                           progress=not args.quiet, image_col=args.image_col,
                           caption_col=args.caption_col, limit=args.limit, images=images,
-                          skip_missing=args.skip_missing)
+                          skip_missing=args.skip_missing,
+                          plausibility=None if args.no_plausibility else (
+                              f"hf:{args.lm_model}" if args.lm_model else "ngram"),
+                          margin=args.margin)
     print(json.dumps(result["stats"], indent=1, sort_keys=True))
     return 0
 
@@ -50,6 +56,9 @@ def _audit(args: argparse.Namespace) -> int:
         ours_pairs = audit.ours_on_captions(captions, seed=args.seed)
         coverage, coverage_kind = audit.coverage(ours_pairs, len(captions))
         corpus = f"SugarCrepe positive captions ({len(captions)} distinct)"
+    if args.judge_sample:
+        audit.write_judge_tsv(audit.judge_sample(ours_pairs, args.judge_per_kind, args.judge_seed),
+                              args.judge_sample)
     ours = audit.audit(ours_pairs, encoder, args.max_pairs, args.seed)
     report = {"corpus": corpus, "encoder": "all-MiniLM-L6-v2", "max_pairs": args.max_pairs,
               "seed": args.seed, "ours": ours, "sugarcrepe": reference, "coverage": coverage,
@@ -60,6 +69,18 @@ def _audit(args: argparse.Namespace) -> int:
     if args.markdown:
         Path(args.markdown).write_text(f"Ours on: {corpus}\n\n{table}")
     print(table)
+    return 0
+
+
+def _judged(args: argparse.Namespace) -> int:
+    from datagen import audit
+    rows = ["| file | kind | n | grammatical % | different % | plausible % | all three % |",
+            "|---|---|---:|---:|---:|---:|---:|"]
+    for path in args.files:
+        for kind, r in audit.judged_summary(path).items():
+            rows.append(f"| {Path(path).name} | {kind} | {r['n']} | {100 * r['grammatical']:.0f} | "
+                        f"{100 * r['different']:.0f} | {100 * r['plausible']:.0f} | {100 * r['all_three']:.0f} |")
+    print("\n".join(rows))
     return 0
 
 
@@ -92,6 +113,15 @@ def main(argv: list[str] | None = None) -> int:
                      help="folder the inputs' image paths are relative to: attach the images")
     gen.add_argument("--skip-missing", action="store_true",
                      help="with --images: skip and count missing images instead of stopping")
+    gen.add_argument("--margin", type=parse_margin, default=DEFAULT_MARGIN,
+                     help="plausibility filter: drop negatives more than this many nats per token "
+                          "less likely than their caption; one number or per kind, e.g. "
+                          "swap=1.2,replace=0.5,add=0.5 (default %(default)s)")
+    gen.add_argument("--no-plausibility", action="store_true",
+                     help="no plausibility filter (rule negatives as drawn)")
+    gen.add_argument("--lm-model", default=None,
+                     help="local Hugging Face causal LM folder to score plausibility with "
+                          "(default: the corpus n-gram model)")
     gen.add_argument("--quiet", action="store_true", help="no progress bar")
     gen.set_defaults(func=_generate)
 
@@ -103,7 +133,15 @@ def main(argv: list[str] | None = None) -> int:
     aud.add_argument("--seed", type=int, default=0)
     aud.add_argument("--json", default=None)
     aud.add_argument("--markdown", default=None)
+    aud.add_argument("--judge-sample", default=None,
+                     help="also write a TSV of our pairs to judge by hand (see `judged`)")
+    aud.add_argument("--judge-per-kind", type=int, default=100)
+    aud.add_argument("--judge-seed", type=int, default=17)
     aud.set_defaults(func=_audit)
+
+    jud = sub.add_parser("judged", help="summarise hand-judged TSV files (grammatical / different / plausible)")
+    jud.add_argument("files", nargs="+")
+    jud.set_defaults(func=_judged)
 
     args = parser.parse_args(argv)
     try:

@@ -1,11 +1,15 @@
 """Add negatives: one more object or attribute, inserted where the caption stays fluent.
 
-- `obj`: "X" -> "X and a Y" after a noun chunk, Y a corpus noun seen in the same role (after the
-  same preposition or verb); a following `is/was/has` becomes `are/were/have`, and a chunk that
-  is the subject of another present-tense verb is left alone (no agreement rule for it).
-- `att`: an adjective before a chunk's first modifier or noun ("a white umbrella" -> "a striped
-  white umbrella"), drawn from adjectives seen with the same head noun, never one of the same
-  attribute group as an adjective already there ("a red brown horse"), `a`/`an` fixed.
+- `obj`: "X" -> "X and a Y" after a noun chunk, Y a corpus noun seen in one caption with X
+  (`with/<X>`), else in the same role (after the same preposition or verb); a following `is/was/has` (also after "that" / "who" / "which")
+  becomes `are/were/have`, and a subject chunk whose verb comes later or is another
+  present-tense verb is left alone (no agreement rule for it). Positional / partitive chunks
+  ("the top", "a piece of") get nothing added.
+- `att`: an adjective inside a chunk, after its determiners, possessor ("a person's") and
+  quantity words ("several", "different"), in English adjective order by attribute group (size
+  before age before colour before material: "a large white bowl", not "a white large bowl"),
+  drawn from adjectives seen with the same head noun, never one of the same attribute group as
+  an adjective already there ("a red brown horse"), `a`/`an` fixed.
 """
 from __future__ import annotations
 
@@ -15,10 +19,18 @@ from datagen.negatives.base import register_negative
 from datagen.negatives.replace import vocab_or_builtin
 from datagen.negatives.swap import pick
 from datagen.negatives.text import article_for, insert_at, render, view
-from datagen.negatives.vocab import ATTRIBUTE_GROUPS, ATTRIBUTE_OF, is_part_noun, noun_roles
+from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, POSITION_NOUNS,
+                                     crude_lemma, is_part_noun, noun_roles)
 from datagen.schema import Negative
 
 _PLURAL_AUX = {"is": "are", "was": "were", "has": "have", "'s": "are"}
+_RELATIVE = {"that", "who", "which"}
+# English adjective order by attribute group; adjectives of no group (opinion) come first.
+_ORDER = {"size": 1, "age": 2, "temperature": 3, "state": 3, "colour": 4, "material": 5}
+
+
+def _order(adj: str) -> int:
+    return _ORDER.get(ATTRIBUTE_OF.get(adj, ""), 0)
 
 
 @register_negative("add", "obj")
@@ -30,17 +42,17 @@ def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
 
     def build(c):
         roles = noun_roles(v, c)
-        new = voc.sample(rng, [f"noun/NN/{role}" for role in roles], v.lower[c.head], avoid=v.lemmas)
+        buckets = [f"with/{crude_lemma(v.lower[c.head])}"] + [f"noun/NN/{role}" for role in roles]
+        new = voc.sample(rng, buckets, v.lower[c.head], avoid=v.lemmas)
         if new is None:
             return None
         pieces = insert_at(v, c.end, ["and", article_for(new), new])
         if c.end < len(v) and "_subj" in roles:
-            nxt = v.lower[c.end]
-            if nxt in _PLURAL_AUX:
-                at = c.end + 3
-                pieces[at] = (_PLURAL_AUX[nxt], pieces[at][1])
-            elif v.tags[c.end] == "VBZ":
-                return None
+            aux = c.end + (v.lower[c.end] in _RELATIVE and c.end + 1 < len(v))
+            if v.lower[aux] in _PLURAL_AUX:
+                pieces[aux + 3] = (_PLURAL_AUX[v.lower[aux]], pieces[aux + 3][1])
+            elif any(t == "VBZ" or w in _PLURAL_AUX for t, w in zip(v.tags[c.end:], v.lower[c.end:])):
+                return None  # "a horse with a mane is ...": the verb is too far to agree
         return render(pieces, v.cap)
     return pick(v, rng, chunks * limit, build, "add", "obj", limit)
 
@@ -48,7 +60,8 @@ def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
 @register_negative("add", "att")
 def add_att(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v, voc = view(doc), vocab_or_builtin(vocab)
-    chunks = [c for c in v.chunks if v.lower[c.head].isalpha() and v.tags[c.head] in ("NN", "NNS")]
+    chunks = [c for c in v.chunks if v.lower[c.head].isalpha() and v.tags[c.head] in ("NN", "NNS")
+              and v.lower[c.head] not in POSITION_NOUNS]
 
     def build(c):
         head = v.lower[c.head]
@@ -60,6 +73,16 @@ def add_att(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
         new = voc.sample(rng, [f"adj/{head}", "adj/*"], head, avoid=avoid)
         if new is None:
             return None
-        at = next(i for i in range(c.start, c.end) if v.tags[i] not in ("DT", "PDT", "PRP$", "CD"))
+        first = c.start
+        for i in range(c.start, c.noun_start):
+            if v.tags[i] == "POS":
+                first = i + 1
+        while first < c.noun_start and (v.tags[first] in ("DT", "PDT", "PRP$", "CD")
+                                        or v.lower[first] in ADJ_STOP):
+            first += 1
+        rank, at = _order(new), first
+        while at < c.noun_start and ((v.pos[at] == "ADJ" and _order(v.lower[at]) <= rank)
+                                     or (at in v.modifiers and v.pos[at] != "VERB")):
+            at += 1
         return render(insert_at(v, at, [new]), v.cap)
     return pick(v, rng, chunks * limit, build, "add", "att", limit)

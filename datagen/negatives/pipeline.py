@@ -34,9 +34,10 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from datagen.captions_io import CaptionItem, read_items
+from datagen.captions_io import CaptionItem, InputError, read_items
 from datagen.imageio import BadImage
 from datagen.negatives.base import Coverage
+from datagen.negatives.plausibility import DEFAULT_MARGIN
 from datagen.order import order_for_input, shuffled
 from datagen.negatives.rules import RuleNegativeGenerator, select_kinds
 from datagen.negatives.text import view
@@ -101,21 +102,25 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
                  image_col: Optional[str] = None, caption_col: Optional[str] = None,
                  limit: Optional[int] = None, stop_after: Optional[int] = None,
                  images=None, skip_missing: bool = False,
-                 splits: Optional[list[str]] = None, select=None) -> dict[str, Any]:
+                 splits: Optional[list[str]] = None, select=None, plausibility: Optional[str] = "ngram",
+                 margin=DEFAULT_MARGIN) -> dict[str, Any]:
     """Generate negatives for every caption of `input_path` into the shard set `out_dir`.
 
     `limit` caps the input items read; `stop_after` stops (without closing the set) after that
     many items of this run, as a kill would: for tests of resume. `images`, `skip_missing`,
     `splits`: see point 5 of the module docstring. Order: `datagen.order.order_for_input`
     (captions are written in a seeded permutation); `select` filters the items (e.g. benchmark
-    images out, `datagen.prepare.exclude`).
+    images out, `datagen.prepare.exclude`). `plausibility` ("ngram", "hf:<local model folder>"
+    or None) and `margin`: the plausibility filter (see datagen/negatives/rules.py).
+    An input with no caption at all is an `InputError`, raised before anything is written.
     """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     config = {"kinds": kinds, "mode": mode, "cap": cap, "max_words": max_words,
-              "batch_size": batch_size}
+              "batch_size": batch_size, "plausibility": plausibility, "margin": margin}
     features = {"negatives": "rules", "mode": mode, "seed": seed,
                 "kinds": sorted(kinds) if kinds else "all"}
+    if plausibility:
+        features["plausibility"] = {"scorer": plausibility, "margin": margin}
     if images is not None:
         features["images"] = True
     if splits:
@@ -131,6 +136,9 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
         it = iter(shuffled(it, seed)) if permute else it
         return islice(it, limit) if limit is not None else it
 
+    if next(items(), None) is None:
+        raise InputError(f"{input_path}: no captions (empty input)")
+    out_dir.mkdir(parents=True, exist_ok=True)
     vocab_file = out_dir / VOCAB_FILE
     if not vocab_file.is_file():
         vocab = (Vocabulary.from_json(vocab_path) if vocab_path

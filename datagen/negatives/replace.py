@@ -6,7 +6,7 @@ of the replaced word and never a word already in the caption:
 
 | sub-kind | replaces                                   | drawn from                                  |
 |----------|--------------------------------------------|---------------------------------------------|
-| `obj`    | a chunk's head noun (NN or NNS)            | nouns of that tag after the same governor ("on a [bench]") |
+| `obj`    | a chunk's head noun (NN or NNS)            | nouns of that tag after the same governor ("on a [bench]"), preferring nouns seen with the caption's other objects |
 | `att`    | an adjective                               | its attribute group (colour -> colour), else adjectives seen with the same head noun |
 | `rel`    | a verb (same tag) or a relation preposition | verbs seen before the same object noun; prepositions |
 """
@@ -18,12 +18,14 @@ from typing import Optional
 from datagen.negatives.base import register_negative
 from datagen.negatives.swap import pick
 from datagen.negatives.text import View, match_case, render, replace_at, view
+from datagen.negatives import lexicon
 from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, PREP_STOP, Vocabulary,
                                      builtin_vocabulary, is_part_noun, noun_roles, verb_roles)
+from datagen.schema import Negative
 
 # "on top of", "in front of", "at the edge of": the preposition is part of a fixed phrase.
-FIXED_AFTER_PREP = {"top", "front", "back", "side", "middle", "bottom", "edge", "the", "each"}
-from datagen.schema import Negative
+FIXED_AFTER_PREP = lexicon.words("fixed_after_prep")
+FIXED_BEFORE_PREP = lexicon.words("fixed_before_prep")  # "next to", "close to", "out of"
 
 _FALLBACK: Optional[Vocabulary] = None
 
@@ -53,12 +55,25 @@ def _replace(v: View, i: int, word: Optional[str]) -> Optional[str]:
 def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v, voc = view(doc), vocab_or_builtin(vocab)
     chunks = [c for c in v.chunks if v.tags[c.head] in ("NN", "NNS") and _plain(v, c.head)
-              and c.noun_start == c.head and not is_part_noun(v, c)]
+              and c.noun_start == c.head and not is_part_noun(v, c) and not _compound_next(v, c)]
 
     def build(c):
         buckets = [f"noun/{v.tags[c.head]}/{role}" for role in noun_roles(v, c)]
-        return _replace(v, c.head, voc.sample(rng, buckets, v.lower[c.head], avoid=v.lemmas))
+        company = voc.company(v, skip=v.chunks.index(c)) if hasattr(voc, "company") else set()
+        new = None
+        if company:  # a noun seen with the caption's other objects, in the same role
+            new = voc.sample(rng, buckets, v.lower[c.head], avoid=v.lemmas, keep=company)
+        if new is None:
+            new = voc.sample(rng, buckets, v.lower[c.head], avoid=v.lemmas)
+        return _replace(v, c.head, new)
     return pick(v, rng, chunks * limit, build, "replace", "obj", limit)
+
+
+def _compound_next(v: View, c) -> bool:
+    """The tagger cut a compound: a singular head followed by a noun or a base-form verb
+    ("a teddy [bear]" tagged VBP) is the first half of a compound, not an object."""
+    return (v.tags[c.head] == "NN" and c.end < len(v)
+            and v.tags[c.end] in ("NN", "NNS", "NNP", "VB", "VBP"))
 
 
 def _head_of(v: View, i: int) -> Optional[str]:
@@ -93,10 +108,11 @@ def replace_att(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
 @register_negative("replace", "rel")
 def replace_rel(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v, voc = view(doc), vocab_or_builtin(vocab)
-    slots = [i for i in range(len(v)) if _plain(v, i) and (
+    slots = [i for i in range(len(v)) if _plain(v, i) and i not in v.modifiers and (
         (v.pos[i] == "VERB" and v.tags[i].startswith("VB"))
         or (v.tags[i] == "IN" and v.pos[i] == "ADP" and v.lower[i] not in PREP_STOP
-            and (i + 1 == len(v) or v.lower[i + 1] not in FIXED_AFTER_PREP)))]
+            and (i + 1 == len(v) or v.lower[i + 1] not in FIXED_AFTER_PREP)
+            and (i == 0 or v.lower[i - 1] not in FIXED_BEFORE_PREP)))]
 
     def build(i):
         word = v.lower[i]

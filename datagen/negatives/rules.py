@@ -10,6 +10,14 @@ alone, shared by the selected functions in registry order, so a caption's negati
 on the seed, its index, the selected kinds and the vocabulary: chunked, parallel and resumed runs
 agree. Without a given vocabulary, one is mined from the captions of the call (parse reused).
 `mode="sample"` keeps one negative per sub-kind; `mode="all"` keeps up to `cap` distinct ones.
+
+Plausibility filter (`plausibility="ngram"`, the default; see `plausibility.py`): each rule
+offers up to `candidates` negatives, the corpus n-gram model stored with the vocabulary scores
+them against the caption, and candidates more than `margin` nats per token below the caption
+are dropped; sample mode keeps the most plausible of the rest, all mode keeps every candidate
+with the implausible ones ranked last. `plausibility=None` turns it off; any object with
+`score(positive, texts)` (e.g. `HFCausalLMScorer`), or `"hf:<local model folder>"`, replaces
+the n-gram model. Without a model in the vocabulary (an old `vocab.json`) the filter is off.
 """
 from __future__ import annotations
 
@@ -19,6 +27,7 @@ from typing import Iterable, Optional, Sequence
 
 from datagen.negatives import add, replace, swap  # noqa: F401  (registers the rule functions)
 from datagen.negatives.base import NEGATIVE_FNS
+from datagen.negatives.plausibility import DEFAULT_MARGIN, PlausibilityFilter
 from datagen.negatives.text import set_pos_table, skip_reason, view
 from datagen.negatives.vocab import Vocabulary
 from datagen.schema import SUBKINDS, Negative
@@ -65,14 +74,39 @@ class RuleNegativeGenerator:
 
     def __init__(self, kinds: Optional[Iterable[str]] = None, mode: str = "sample", cap: int = 8,
                  vocab: Optional[Vocabulary] = None, batch_size: int = 256, max_words: int = 100,
-                 nlp=None, source: str = "rules"):
+                 nlp=None, source: str = "rules", plausibility="ngram",
+                 margin=DEFAULT_MARGIN, candidates: int = 3):
         if mode not in ("sample", "all"):
             raise ValueError(f"mode must be 'sample' or 'all', not '{mode}'")
+        self.plausibility, self.margin, self.candidates = plausibility, margin, candidates
+        self.filtered: Counter[str] = Counter()  # candidates below the margin, per kind:subkind
         self.kinds = select_kinds(kinds)
         self.mode, self.cap, self.vocab = mode, cap, vocab
         self.batch_size, self.max_words, self.source = batch_size, max_words, source
         self.nlp = nlp
         self.skipped: Counter[str] = Counter()
+
+    def plausibility_filter(self, vocab: Optional[Vocabulary]) -> Optional[PlausibilityFilter]:
+        """The filter in use: None when off, or "ngram" with a vocabulary that has no model."""
+        if self.plausibility is None:
+            return None
+        if self.plausibility == "ngram":
+            lm = getattr(vocab, "lm", None)
+            if lm is None:
+                return None
+            if getattr(self, "_filter", None) is None or self._filter.scorer is not lm:
+                self._filter = PlausibilityFilter(lm, self.margin)
+            return self._filter
+        if getattr(self, "_filter", None) is None:
+            scorer = self.plausibility
+            if isinstance(scorer, str):
+                if not scorer.startswith("hf:"):
+                    raise ValueError(f"plausibility must be 'ngram', 'hf:<model folder>', a scorer "
+                                     f"or None, not '{scorer}'")
+                from datagen.negatives.plausibility import HFCausalLMScorer
+                scorer = HFCausalLMScorer.from_pretrained(scorer[3:])
+            self._filter = PlausibilityFilter(scorer, self.margin)
+        return self._filter
 
     def parse(self, captions: Sequence[str]) -> list:
         """One Doc per caption, None where the caption is skipped (reason counted)."""
@@ -101,9 +135,18 @@ class RuleNegativeGenerator:
         rng = random.Random(f"{seed}:{index}")
         limit = 1 if self.mode == "sample" else self.cap
         vocab = vocab if vocab is not None else self.vocab
+        filt = self.plausibility_filter(vocab)
+        ask = max(limit, self.candidates) if filt is not None and self.mode == "sample" else limit
+        positive = doc.text if filt is not None else ""
         out = []
         for key in self.kinds:  # each rule already drops candidates equal to the caption
-            out.extend(NEGATIVE_FNS[key](doc, rng, vocab=vocab, limit=limit))
+            negs = NEGATIVE_FNS[key](doc, rng, vocab=vocab, limit=ask)
+            if filt is not None and negs:
+                keep, drop = filt.rank(positive, [n.text for n in negs], key[0])
+                self.filtered[f"{key[0]}:{key[1]}"] += len(drop)
+                negs = ([negs[i] for i in keep[:1]] if self.mode == "sample"
+                        else [negs[i] for i in keep + drop])
+            out.extend(negs)
         if self.source != "rules":
             out = [Negative(n.text, n.kind, n.subkind, self.source) for n in out]
         return out

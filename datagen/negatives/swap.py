@@ -14,6 +14,9 @@ found (a candidate equal to the caption after `normalise` is dropped).
 | `adjective`   | two adjectives                                                               |
 | `obj`         | two whole noun chunks of the same number ("a man ... a horse" -> "a horse ... a man") |
 | `att`         | the first adjectives of two chunks with different heads ("blue bathroom, white towels") |
+
+Noun swaps (`noun_chunk`, `noun`, `noun_plural`, `obj`) try pairs of one kind of thing first
+(two people or animals, two foods ...: `same_category`), which keeps more scenes possible.
 """
 from __future__ import annotations
 
@@ -23,18 +26,23 @@ from typing import Callable, Iterable, Optional
 
 from datagen.negatives.base import normalise, register_negative
 from datagen.negatives.text import View, render, swap_spans, view
-from datagen.negatives.vocab import ADJ_STOP, is_part_noun
+from datagen.negatives import lexicon
+from datagen.negatives.vocab import ADJ_STOP, POSITION_NOUNS, crude_lemma, is_part_noun
 from datagen.schema import Negative
 
 Span = tuple[int, int]
 
 
 def pick(v: View, rng: random.Random, candidates: list, build: Callable[[object], Optional[str]],
-         kind: str, subkind: str, limit: int) -> list[Negative]:
-    """Shuffle `candidates`, render each with `build`, keep up to `limit` distinct new captions."""
+         kind: str, subkind: str, limit: int,
+         first: Optional[Callable[[object], bool]] = None) -> list[Negative]:
+    """Shuffle `candidates` (those passing `first` ahead, in shuffled order), render each with
+    `build`, keep up to `limit` distinct new captions."""
     if not candidates:
         return []
     rng.shuffle(candidates)
+    if first is not None:
+        candidates.sort(key=lambda c: not first(c))
     seen = {v.norm}
     out = []
     for cand in candidates:
@@ -50,12 +58,50 @@ def pick(v: View, rng: random.Random, candidates: list, build: Callable[[object]
     return out
 
 
+def same_category(v: View, a: Span, b: Span) -> bool:
+    """The last words of both spans name one kind of thing (`swap_categories` in the lexicon:
+    two people or animals, two foods, two pieces of furniture ...): "a woman ... a child"
+    swaps into a scene that can exist, "a dog ... a helmet" rarely does."""
+    cats = lexicon.categories()
+    ca = cats.get(crude_lemma(v.lower[a[1] - 1])) or cats.get(v.lower[a[1] - 1])
+    cb = cats.get(crude_lemma(v.lower[b[1] - 1])) or cats.get(v.lower[b[1] - 1])
+    return ca is not None and ca == cb
+
+
 def _swap_pairs(v: View, spans: Iterable[Span], rng: random.Random, subkind: str, limit: int,
-                kind: str = "swap") -> list[Negative]:
+                kind: str = "swap", apart: bool = False, prefer_same: bool = False) -> list[Negative]:
+    """Every pair of `spans` with different words; with `apart`, only single tokens of two
+    different noun chunks (or outside chunks), so "black and brown dog" or "pickup truck" is
+    never turned around inside one phrase."""
     spans = list(spans)
     texts = [" ".join(v.lower[s:e]) for s, e in spans]
-    pairs = [(a, b) for (i, a), (j, b) in combinations(enumerate(spans), 2) if texts[i] != texts[j]]
+    pairs = [(a, b) for (i, a), (j, b) in combinations(enumerate(spans), 2) if texts[i] != texts[j]
+             and not (apart and v.chunk_at[a[0]] >= 0 and v.chunk_at[a[0]] == v.chunk_at[b[0]])
+             and not same_list(v, a, b)]
     return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), kind, subkind, limit)
+
+
+def whole_words(v: View, start: int, end: int) -> bool:
+    """The span does not cut a hyphenated word ("wet-suited") at either end."""
+    return not ({start, end - 1} & v.hyphenated) or (
+        (start == 0 or start - 1 not in v.hyphenated or v.words[start - 1] != "-")
+        and (end == len(v) or v.words[end] != "-"))
+
+
+def same_list(v: View, a: Span, b: Span) -> bool:
+    """`a` and `b` are items of one list ("broccoli, carrots and meat"): only commas, "and" /
+    "or" and other noun chunks stand between them, so swapping them keeps the meaning."""
+    (_, a1), (b0, _) = sorted([a, b])
+    between = range(a1, b0)
+    if not between:
+        return False
+    joined = False
+    for i in between:
+        if v.tags[i] in (",", "CC"):
+            joined = True
+        elif v.chunk_at[i] < 0:
+            return False
+    return joined
 
 
 def _tokens(v: View, keep: Callable[[int], bool]) -> list[Span]:
@@ -63,11 +109,20 @@ def _tokens(v: View, keep: Callable[[int], bool]) -> list[Span]:
     return [(i, i + 1) for i in range(len(v)) if keep(i) and i not in v.hyphenated]
 
 
+def _object_noun(v: View, i: int) -> bool:
+    """A noun that names a thing: not positional / partitive / framing ("front", "piece",
+    "picture"), not followed by "of" ("a bowl of"), not a possessor ("person's")."""
+    nxt = v.lower[i + 1] if i + 1 < len(v) else ""
+    return (v.lower[i].isalpha() and v.lower[i] not in POSITION_NOUNS
+            and nxt not in ("of", "'s", "'"))
+
+
 @register_negative("swap", "noun_chunk")
 def swap_noun_chunk(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v = view(doc)
-    return _swap_pairs(v, [(c.start, c.end) for c in v.chunks if c.end - c.start > 2], rng,
-                       "noun_chunk", limit)
+    return _swap_pairs(v, [(c.start, c.end) for c in v.chunks if c.end - c.start > 2
+                           and not is_part_noun(v, c) and whole_words(v, c.start, c.end)],
+                       rng, "noun_chunk", limit, prefer_same=True)
 
 
 @register_negative("swap", "verb_phrase")
@@ -80,13 +135,15 @@ def swap_verb_phrase(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> 
 @register_negative("swap", "noun")
 def swap_noun(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v = view(doc)
-    return _swap_pairs(v, _tokens(v, lambda i: v.tags[i] == "NN"), rng, "noun", limit)
+    return _swap_pairs(v, _tokens(v, lambda i: v.tags[i] == "NN" and _object_noun(v, i)), rng,
+                       "noun", limit, apart=True, prefer_same=True)
 
 
 @register_negative("swap", "noun_plural")
 def swap_noun_plural(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v = view(doc)
-    return _swap_pairs(v, _tokens(v, lambda i: v.tags[i] == "NNS"), rng, "noun_plural", limit)
+    return _swap_pairs(v, _tokens(v, lambda i: v.tags[i] == "NNS" and _object_noun(v, i)), rng,
+                       "noun_plural", limit, apart=True, prefer_same=True)
 
 
 @register_negative("swap", "adverb")
@@ -98,7 +155,8 @@ def swap_adverb(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
 @register_negative("swap", "adjective")
 def swap_adjective(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v = view(doc)
-    return _swap_pairs(v, _tokens(v, lambda i: v.pos[i] == "ADJ"), rng, "adjective", limit)
+    return _swap_pairs(v, _tokens(v, lambda i: v.pos[i] == "ADJ" and v.lower[i] not in ADJ_STOP),
+                       rng, "adjective", limit, apart=True)
 
 
 def _number(v: View, head: int) -> str:
@@ -109,11 +167,13 @@ def _number(v: View, head: int) -> str:
 def swap_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     """Two whole noun chunks with different heads and the same number, so verbs still agree."""
     v = view(doc)
-    chunks = [c for c in v.chunks if not is_part_noun(v, c)]
+    chunks = [c for c in v.chunks if not is_part_noun(v, c) and whole_words(v, c.start, c.end)]
     pairs = [((a.start, a.end), (b.start, b.end)) for a, b in combinations(chunks, 2)
              if v.lower[a.head] != v.lower[b.head] and _number(v, a.head) == _number(v, b.head)
-             and v.lower[a.head].isalpha() and v.lower[b.head].isalpha()]
-    return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), "swap", "obj", limit)
+             and v.lower[a.head].isalpha() and v.lower[b.head].isalpha()
+             and not same_list(v, (a.start, a.end), (b.start, b.end))]
+    return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), "swap", "obj", limit,
+                first=lambda ab: same_category(v, *ab))
 
 
 @register_negative("swap", "att")
@@ -126,5 +186,5 @@ def swap_att(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Neg
         if adjs:
             firsts.append((adjs[0], v.lower[c.head]))
     pairs = [((a, a + 1), (b, b + 1)) for (a, ha), (b, hb) in combinations(firsts, 2)
-             if ha != hb and v.lower[a] != v.lower[b]]
+             if ha != hb and v.lower[a] != v.lower[b] and not same_list(v, (a, a + 1), (b, b + 1))]
     return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), "swap", "att", limit)

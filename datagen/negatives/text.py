@@ -1,14 +1,25 @@
 """A caption as the rules see it: a compact token view of a spaCy Doc, and how to write it back.
 
 `view(doc)` reads every token once into plain Python lists (cached on the Doc), and finds noun
-chunks and verb phrases from part-of-speech tags alone, so the pipeline needs no dependency
-parser (it costs ~40% of the parse time). Chunks are `D? [CJHNP]* [NP]` over one letter per
-tag (determiner, number, adjective, hyphen, noun, proper noun); verb phrases are NegCLIP's
-`VERB? ADV* AUX* VERB+` over coarse tags.
+chunks and verb phrases from the tagger's fine tags alone, so the pipeline needs no dependency
+parser (it would cost ~30% of the parse time and put the rules under 1,000 captions per CPU
+second). A noun chunk is, over one letter per tag (see `_CHUNK_CODE`):
+
+    D{0,2} (PRE* [NP] S)? PRE* [NP]
+
+up to two determiners ("all the people"), an optional possessor ending in 's ("a person's
+hand"), pre-modifiers PRE and a noun. PRE is a number, adjective, noun (compounds: "teddy
+bear"), hyphen ("man-made"), an adverb before an adjective after a determiner or conjunction
+("a very large elephant"), a participle after a determiner / adjective / number / adverb ("a
+parked car", "two smiling women"), or a coordinator or comma between two adjectives ("a black
+and white cat", "a large, fluffy dog"). Verb phrases are NegCLIP's `VERB? ADV* AUX* VERB+` over
+coarse tags, leaving out participles that modify a noun inside a chunk.
 
 `render(seq, cap)` turns a list of `(word, trailing_space)` pieces back into a caption: the
-sentence-initial capital goes to whatever word is first now, and `a`/`an` agree with the next
-word. `skip_reason(caption)` is the cheap pre-parse filter (empty, too long, not English).
+sentence-initial capital goes to whatever word is first now, `a`/`an` agree with the next word
+(numbers included: "an 8"), and an all-capitals caption stays in capitals.
+`skip_reason(caption)` is the cheap pre-parse filter (empty, too long, not English; see
+`datagen.negatives.language`).
 """
 from __future__ import annotations
 
@@ -19,11 +30,15 @@ from typing import Optional
 from spacy.lang.en.stop_words import STOP_WORDS
 
 from datagen.negatives.base import normalise
+from datagen.negatives.language import is_english
 
 _CHUNK_CODE = {"DT": "D", "PDT": "D", "PRP$": "D", "WP$": "D", "CD": "C", "JJ": "J", "JJR": "J",
-               "JJS": "J", "HYPH": "H", "NN": "N", "NNS": "N", "NNP": "P", "NNPS": "P"}
+               "JJS": "J", "HYPH": "H", "NN": "N", "NNS": "N", "NNP": "P", "NNPS": "P",
+               "RB": "R", "RBR": "R", "RBS": "R", "VBN": "V", "VBG": "V", "CC": "A", ",": ",",
+               "POS": "S"}
 _VERB_CODE = {"VERB": "V", "ADV": "R", "AUX": "X"}
-_CHUNK_RE = re.compile(r"D?[CJHNP]*[NP]")
+_PRE = r"(?:[CJHNP]|(?<=[DA,])R+(?=J)|(?<=[DJRC])V|(?<=J)[A,](?=R*J))"
+_CHUNK_RE = re.compile(rf"D{{0,2}}(?:{_PRE}*[NP]S)?{_PRE}*[NP]")
 _VP_RE = re.compile(r"V?R*X*V+")
 _VOWEL_SOUND_EXCEPTIONS = ("hour", "honest", "honor", "honour", "heir")
 _CONSONANT_SOUND_EXCEPTIONS = ("uni", "use", "usu", "one", "once", "eu", "ura", "ure", "uto")
@@ -49,10 +64,12 @@ class View:
     tags: list[str]
     pos: list[str]
     ws: list[str]
-    cap: bool  # the caption started with a capital letter
+    cap: bool | str  # the caption started with a capital letter ("upper": all in capitals)
     chunks: list[Chunk] = field(default_factory=list)
     verb_phrases: list[tuple[int, int]] = field(default_factory=list)
     hyphenated: set[int] = field(default_factory=set)  # tokens glued to a hyphen
+    modifiers: set[int] = field(default_factory=set)  # adverbs / participles / "and" inside chunks
+    chunk_at: list[int] = field(default_factory=list)  # token -> index of its chunk, -1 if none
     _norm: Optional[str] = None
     _lemmas: Optional[set[str]] = None
 
@@ -131,7 +148,10 @@ def view(doc) -> View:
             tags.append(tag)
             pos.append(by_word.get((tag, text.lower())) or by_tag.get(tag, "X"))
             ws.append(tok.whitespace_)
-    cap = bool(words) and words[0][:1].isupper()
+    cap: bool | str = bool(words) and words[0][:1].isupper()
+    letters = "".join(w for w in words if w.isalpha())
+    if len(letters) > 3 and letters.isupper():
+        cap = "upper"
     if cap and tags[0] not in ("NNP", "NNPS") and words[0] != "I":
         first = words[0]
         words[0] = first.lower() if first.isupper() else first[:1].lower() + first[1:]
@@ -143,15 +163,25 @@ def view(doc) -> View:
         while ns > s and codes[ns - 1] in "NP":
             ns -= 1
         v.chunks.append(Chunk(s, e, ns, [i for i in range(s, ns) if codes[i] == "J"]))
-    vcodes = "".join(_VERB_CODE.get(p, "x") for p in pos)
+        v.modifiers.update(i for i in range(s, ns) if codes[i] in "RVA,")
+    v.chunk_at = [-1] * len(words)
+    for k, c in enumerate(v.chunks):
+        v.chunk_at[c.start:c.end] = [k] * (c.end - c.start)
+    vcodes = "".join("x" if i in v.modifiers else _VERB_CODE.get(p, "x") for i, p in enumerate(pos))
     v.verb_phrases = [m.span() for m in _VP_RE.finditer(vcodes)]
-    v.hyphenated = {j for i, t in enumerate(tags) if t == "HYPH" and not ws[i] for j in (i - 1, i + 1)}
+    v.hyphenated = {j for i, (w, t) in enumerate(zip(words, tags)) if (t == "HYPH" or w == "-")
+                    and not ws[i] and i > 0 and not ws[i - 1] for j in (i - 1, i, i + 1)}
     doc.user_data["compclip.view"] = v
     return v
 
 
+_AN_NUMBERS = re.compile(r"^(8|1[18](\D|$|\d\d(\D|$)))")
+
+
 def article_for(word: str) -> str:
     w = word.lower()
+    if w[:1].isdigit():
+        return "an" if _AN_NUMBERS.match(w) else "a"
     if w.startswith(_VOWEL_SOUND_EXCEPTIONS):
         return "an"
     if w.startswith(_CONSONANT_SOUND_EXCEPTIONS):
@@ -163,11 +193,13 @@ def render(seq: list[tuple[str, str]], cap: bool) -> str:
     """Join `(word, trailing_space)` pieces; fix `a`/`an` and the leading capital."""
     words = [w for w, _ in seq]
     for i, w in enumerate(words[:-1]):
-        if w.lower() in ("a", "an") and words[i + 1][:1].isalpha():
+        if w.lower() in ("a", "an") and words[i + 1][:1].isalnum():
             want = article_for(words[i + 1])
             words[i] = want.upper() if w.isupper() and len(w) > 1 else match_case(want, w)
     text = "".join(w + s for w, (_, s) in zip(words, seq)).strip()
-    if cap and text:
+    if cap == "upper":
+        text = text.upper()
+    elif cap and text:
         text = text[:1].upper() + text[1:]
     return text
 
@@ -217,10 +249,9 @@ def skip_reason(caption: str, max_words: int = 100) -> Optional[str]:
     tokens = caption.split()
     if len(tokens) > max_words:
         return "too_long"
-    letters = _LETTERS.findall(caption)
-    if not letters:
+    if not _LETTERS.search(caption):
         return "empty"
-    if sum(c.isascii() for c in letters) < 0.8 * len(letters):
+    if not is_english(caption):
         return "non_english"
     if len(tokens) >= 4 and not any(t.lower().strip(".,!?;:") in STOP_WORDS for t in tokens):
         return "non_english"

@@ -8,13 +8,18 @@ Buckets (each a frequency-sorted word list, `*` = all roles):
 - `verb/<tag>/<role>`: verbs by tag (VBG, VBZ, ...) and their direct object (`obj:horse`) or the
   preposition after them (`prep:on`).
 - `prep/*`: prepositions (IN) that express a relation (not `of`, `that`, `while`, ...).
+- `with/<noun lemma>`: singular nouns seen in one caption with that noun (top `with_k`): the
+  company an added or replacing object is drawn from ("a zebra and a giraffe", not "a zebra
+  and a cake").
 
 Words come from the corpus first; a small built-in list is the fallback when a tiny corpus
-has no usable word. Synonyms are never offered for each other: same word, same crude lemma (plural `s`/`es`), or
-one of the hand-written SYNONYM_GROUPS below (WordNet is not available offline: nltk's data is
-a separate download). Attributes in a known group (colour, size, material, ...) are replaced
+has no usable word. Synonyms are never offered for each other: same word, same crude lemma
+(plural `s`/`es`), one synonym group, or a hypernym / hyponym (car / vehicle), all from
+`data/lexicon.json` (WordNet is not available offline: nltk's data is a separate download).
+Positional and partitive nouns (front, top, piece, bunch ...) are never mined. Attributes in a known group (colour, size, material, ...) are replaced
 within their group, so "a red car" becomes "a blue car", not "a hungry car".
-The whole vocabulary is JSON (`to_json` / `from_json`), so resumed and parallel runs share it.
+`mine` also trains the corpus n-gram model of the plausibility filter (`lm`). The whole
+vocabulary is JSON (`to_json` / `from_json`), so resumed and parallel runs share it.
 """
 from __future__ import annotations
 
@@ -25,51 +30,21 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Optional
 
+from datagen.negatives import lexicon
+from datagen.negatives.plausibility import NgramLM
 from datagen.negatives.text import Chunk, View
 
-SYNONYM_GROUPS = [
-    "man guy gentleman male men guys gentlemen males",
-    "woman lady female women ladies females",
-    "kid child children kids youngster youngsters",
-    "boy lad boys lads", "girl lass girls lasses",
-    "person individual people persons individuals someone",
-    "picture photo image photograph pictures photos images photographs shot",
-    "big large huge giant enormous massive",
-    "small little tiny mini miniature",
-    "couch sofa couches sofas", "cellphone phone cell smartphone phones cellphones",
-    "television tv televisions tvs", "bike bicycle bikes bicycles",
-    "motorcycle motorbike motorcycles motorbikes", "automobile car cars automobiles",
-    "puppy dog dogs puppies", "kitten cat cats kittens", "plane airplane aeroplane jet planes airplanes jets",
-    "road street roadway roads streets", "sidewalk pavement walkway",
-    "ocean sea", "rock stone rocks stones", "hill slope hills slopes",
-    "glass cup mug", "plate dish plates dishes", "bag sack", "hat cap",
-    "skateboard skate board", "surfboard board", "bus coach",
-    "laptop computer notebook", "meal food dinner lunch", "automobile vehicle",
-    "couple pair", "field meadow pasture", "grass lawn",
-    "on onto upon atop", "near beside by next alongside", "under beneath below underneath",
-    "in inside within into", "above over", "around about", "toward towards",
-    "sitting seated", "standing upright", "lying laying", "looking staring gazing",
-    "holding carrying", "riding", "walking strolling", "running jogging",
-    "grey gray", "colorful colourful multicolored", "old elderly aged",
-    "young youthful", "pretty beautiful lovely attractive", "happy smiling",
-    "wet soaked", "dirty messy", "clean tidy", "empty vacant", "full filled",
-]
-ATTRIBUTE_GROUPS = {
-    "colour": "red blue green yellow orange purple pink brown black white gray grey silver gold "
-              "tan beige maroon navy teal golden dark light colorful",
-    "size": "big large huge giant small little tiny tall short long wide narrow thick thin",
-    "material": "wooden metal plastic glass stone brick leather paper concrete ceramic steel "
-                "metallic marble",
-    "age": "old young new elderly baby adult antique modern vintage",
-    "state": "open closed empty full wet dry clean dirty broken lit dark busy crowded",
-    "temperature": "hot cold warm frozen",
-}
+# The word lists live in data/lexicon.json (see `datagen.negatives.lexicon`).
+SYNONYM_GROUPS = lexicon.synonym_groups()
+ATTRIBUTE_GROUPS = lexicon.attribute_groups()
 # Adjectives that quantify or relate rather than describe: never replaced, swapped or added.
-ADJ_STOP = set("other many several few more most same different various such own next last first "
-               "only front top bottom much whole entire certain numerous double single".split())
+ADJ_STOP = lexicon.words("adj_stop")
 # IN-tagged words that are not relations between two things.
-PREP_STOP = set("of that while as if because than so whether since although though until unless "
-                "once like whilst".split())
+PREP_STOP = lexicon.words("prep_stop")
+# Positional, partitive, quantity and framing nouns ("in front of", "a piece of", "a close up"):
+# never swapped or replaced as objects, never drawn as a replacement.
+POSITION_NOUNS = lexicon.words("position_nouns")
+_HYPERNYMS = lexicon.hypernyms()
 
 _GROUP_OF: dict[str, int] = {}
 for _i, _g in enumerate(SYNONYM_GROUPS):
@@ -90,12 +65,25 @@ def crude_lemma(word: str) -> str:
 
 
 def is_synonym(a: str, b: str) -> bool:
-    """True when `b` must not replace `a`: same word, same crude lemma, or one synonym group."""
+    """True when `b` must not replace `a`: same word, same crude lemma, one synonym group, or
+    one a hypernym of the other (car / vehicle: "a vehicle" is still true of a car)."""
     a, b = a.lower(), b.lower()
     if a == b or crude_lemma(a) == crude_lemma(b):
         return True
     ga, gb = _GROUP_OF.get(a), _GROUP_OF.get(b)
-    return ga is not None and ga == gb
+    if ga is not None and ga == gb:
+        return True
+    return is_hypernym(a, b) or is_hypernym(b, a)
+
+
+def is_hypernym(general: str, word: str) -> bool:
+    """`general` covers `word` in the lexicon's hypernym lists (plurals by crude lemma)."""
+    covered = _HYPERNYMS.get(general) or _HYPERNYMS.get(crude_lemma(general))
+    return bool(covered) and (word in covered or crude_lemma(word) in covered)
+
+
+def is_position_noun(word: str) -> bool:
+    return word.lower() in POSITION_NOUNS
 
 
 def noun_roles(v: View, chunk: Chunk) -> list[str]:
@@ -128,27 +116,36 @@ def verb_roles(v: View, i: int) -> list[str]:
 
 
 def is_part_noun(v: View, chunk: Chunk) -> bool:
-    """A chunk followed by `of` names a part or amount ("the middle of", "a piece of"): the
-    object is the noun after it, so object rules leave this one alone."""
-    return chunk.end < len(v) and v.lower[chunk.end] == "of"
+    """A chunk followed by `of` names a part or amount ("the middle of", "a piece of"), and a
+    positional / partitive / framing head ("on top", "a close up") is no object either: object
+    rules leave these alone."""
+    return ((chunk.end < len(v) and v.lower[chunk.end] == "of")
+            or v.lower[chunk.head] in POSITION_NOUNS)
 
 
 class Vocabulary:
     """Frequency-sorted word lists per bucket; `sample` draws a non-synonym replacement."""
 
     def __init__(self, buckets: Optional[dict[str, list[tuple[str, int]]]] = None,
-                 fallback: Optional["Vocabulary"] = None):
+                 fallback: Optional["Vocabulary"] = None, lm: Optional[NgramLM] = None):
         self.buckets: dict[str, list[tuple[str, int]]] = buckets or {}
+        self.lm = lm  # the corpus n-gram model of the plausibility filter (None: not trained)
         self.fallback = fallback  # asked when no bucket of this one has a usable word
         self._cum: dict[str, tuple[list[str], list[int]]] = {}
 
     @classmethod
-    def mine(cls, views: Iterable[View], min_count: int = 2, top_k: int = 300) -> "Vocabulary":
+    def mine(cls, views: Iterable[View], min_count: int = 2, top_k: int = 300,
+             with_k: int = 40) -> "Vocabulary":
         counts: dict[str, Counter] = defaultdict(Counter)
+        texts: list[str] = []
+        with_counts: dict[str, Counter] = defaultdict(Counter)
         for v in views:
+            texts.append(" ".join(v.lower))
+            heads = set()
             for c in v.chunks:
                 head, tag = v.lower[c.head], v.tags[c.head]
                 if tag in ("NN", "NNS") and head.isalpha() and not is_part_noun(v, c):
+                    heads.add((crude_lemma(head), head if tag == "NN" else None))
                     for role in noun_roles(v, c):
                         counts[f"noun/{tag}/{role}"][head] += 1
                 for a in c.adjectives:
@@ -162,13 +159,25 @@ class Vocabulary:
                         counts[f"verb/{tag}/{role}"][word] += 1
                 elif tag == "IN" and pos == "ADP" and word.isalpha() and word not in PREP_STOP:
                     counts["prep/*"][word] += 1
+            for lemma, _ in heads:  # nouns seen in one caption together: plausible company
+                for other_lemma, singular in heads:
+                    if singular and other_lemma != lemma:
+                        with_counts[f"with/{lemma}"][singular] += 1
         buckets = {}
-        for name, counter in counts.items():
+        for name, counter in [*counts.items(), *with_counts.items()]:
             keep = sorted(((w, n) for w, n in counter.items() if n >= min_count),
-                          key=lambda wn: (-wn[1], wn[0]))[:top_k]
+                          key=lambda wn: (-wn[1], wn[0]))[:top_k if name[:5] != "with/" else with_k]
             if keep:
                 buckets[name] = keep
-        return cls(buckets, fallback=builtin_vocabulary())
+        return cls(buckets, fallback=builtin_vocabulary(), lm=NgramLM.train(texts))
+
+    def company(self, v: View, skip: int = -1) -> set[str]:
+        """Nouns seen in the corpus with the caption's object nouns (chunk `skip` left out)."""
+        out: set[str] = set()
+        for k, c in enumerate(v.chunks):
+            if k != skip and v.tags[c.head] in ("NN", "NNS"):
+                out.update(w for w, _ in self.buckets.get(f"with/{crude_lemma(v.lower[c.head])}", ()))
+        return out
 
     def words(self, bucket: str) -> list[str]:
         return [w for w, _ in self.buckets.get(bucket, ())]
@@ -215,14 +224,18 @@ class Vocabulary:
         return self._cum[bucket]
 
     def to_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({"buckets": self.buckets}, sort_keys=True))
+        data: dict = {"buckets": self.buckets}
+        if self.lm is not None:
+            data["ngram"] = self.lm.to_json_dict()
+        Path(path).write_text(json.dumps(data, sort_keys=True))
 
     @classmethod
     def from_json(cls, path: str | Path) -> "Vocabulary":
         try:
             data = json.loads(Path(path).read_text())
             buckets = {k: [tuple(e) for e in v] for k, v in data["buckets"].items()}
-            return cls(buckets, fallback=builtin_vocabulary())
+            lm = NgramLM.from_json_dict(data["ngram"]) if "ngram" in data else None
+            return cls(buckets, fallback=builtin_vocabulary(), lm=lm)
         except (json.JSONDecodeError, KeyError, TypeError) as err:
             raise ValueError(f"{path}: not a vocabulary file ({err})") from None
 

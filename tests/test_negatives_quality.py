@@ -1,0 +1,289 @@
+"""Negatives that read like captions (issue 17): noun-phrase patterns and guards on real COCO
+captions (SugarCrepe's positives, read in place), the plausibility filter, the English filter
+and input errors."""
+import csv
+from collections import Counter
+import re
+from pathlib import Path
+
+import pytest
+
+from datagen import audit
+from datagen.negatives.plausibility import HFCausalLMScorer, NgramLM, PlausibilityFilter, tokens
+from datagen.negatives.rules import RuleNegativeGenerator, load_nlp
+from datagen.negatives.text import article_for, render, view
+from datagen.negatives.vocab import POSITION_NOUNS, Vocabulary, is_synonym
+
+FOREIGN = Path(__file__).parent / "data" / "negatives_foreign_captions.tsv"
+
+
+@pytest.fixture(scope="module")
+def nlp():
+    return load_nlp()
+
+
+@pytest.fixture(scope="module")
+def captions(shared_benchmarks):
+    return audit.sugarcrepe_captions(shared_benchmarks / "sugarcrepe")
+
+
+@pytest.fixture(scope="module")
+def vocab(nlp, captions):
+    return Vocabulary.mine(view(d) for d in nlp.pipe(captions[:2000]))
+
+
+def chunk_texts(nlp, caption):
+    v = view(nlp(caption))
+    return [" ".join(v.lower[c.start:c.end]) for c in v.chunks]
+
+
+def real(captions, pattern, n=5):
+    found = [c for c in captions if re.search(pattern, c.lower())][:n]
+    assert found, pattern
+    return found
+
+
+# --- noun-phrase chunks -------------------------------------------------------------------
+
+@pytest.mark.parametrize("pattern, phrase", [
+    (r"\ba black and white (cat|dog|cow|bus|photo)\b", r"a black and white \w+"),     # coordination
+    (r"\b(a|the|two) (parked|smiling|stuffed|running) \w+", r"(a|the|two) \w+ \w+( \w+)?"),  # participle
+    (r"\ba very (large|small|big|tall) \w+", r"a very( \w+)+"),                         # adverb
+    (r"\b(a|the) \w+'s (hand|head|face|plate)\b", r"(a|the) \w+ 's \w+"),               # possessive
+    (r"\bhalf (a|an) \w+", r"half an? \w+( \w+)?"),                                   # double determiner
+])
+def test_new_chunk_patterns_on_real_captions(nlp, captions, pattern, phrase):
+    found = real(captions, pattern, 10)
+    hits = sum(any(re.fullmatch(phrase, c) for c in chunk_texts(nlp, caption)) for caption in found)
+    assert hits >= 0.8 * len(found), (pattern, [chunk_texts(nlp, c) for c in found])
+
+
+def test_whole_chunks_swap_with_their_modifiers(nlp, captions, vocab):
+    caption = real(captions, r"^a black and white (cat|dog|cow|bus|bird|train|horse) .* (on|in|with) a \w+")[0]
+    gen = RuleNegativeGenerator(kinds=["swap:obj"], vocab=vocab, nlp=nlp, plausibility=None, mode="all")
+    negs = [n.text.lower() for n in gen.generate([caption])[0]]
+    assert negs and any("a black and white" in n and not n.startswith("a black and white") for n in negs)
+    assert not any(re.search(r"\ba black and a\b", n) for n in negs)  # never half a coordination
+
+
+def test_compound_and_hyphen_guards(nlp, captions, vocab):
+    gen = RuleNegativeGenerator(kinds=["replace:obj", "swap:noun"], vocab=vocab, nlp=nlp,
+                                plausibility=None, mode="all")
+    for caption in real(captions, r"\bteddy bears?\b", 20):
+        for n in gen.generate([caption])[0]:
+            if n.kind == "replace":
+                assert "teddy" in n.text.lower()  # the compound is never cut ("teddy horse")
+    for caption in real(captions, r"\b\w+-\w+\b", 20):
+        hyphenated = re.findall(r"\b\w+-\w+\b", caption)
+        for n in gen.generate([caption])[0]:
+            assert all(h in n.text for h in hyphenated), (caption, n.text)
+
+
+# --- guards -------------------------------------------------------------------------------
+
+def test_positional_nouns_are_never_swapped_or_replaced(nlp, captions, vocab):
+    gen = RuleNegativeGenerator(kinds=["swap", "replace:obj", "add:obj"], vocab=vocab, nlp=nlp,
+                                plausibility=None, mode="all")
+    checked = 0
+    for caption in real(captions, r"\b(in front of|on top of|close up of|a group of|a piece of|"
+                                  r"the side of|a couple of|a bunch of)\b", 60):
+        words = re.findall(r"[\w']+", caption.lower())
+        for i, w in enumerate(words[:-1]):
+            if w in POSITION_NOUNS and words[i + 1] == "of":
+                for n in gen.generate([caption])[0]:
+                    assert re.search(rf"\b{w} of\b", n.text.lower()), (caption, n.kind, n.subkind, n.text)
+                    checked += 1
+    assert checked > 100
+    assert not any(w in POSITION_NOUNS for bucket, entries in vocab.buckets.items()
+                   if bucket.startswith("noun/") for w, _ in entries)  # never drawn as a replacement
+
+
+def test_list_items_are_not_swapped_with_each_other(nlp, vocab):
+    caption = "A red plate holds broccoli, carrots, muffins and meat."  # COCO style: a list
+    gen = RuleNegativeGenerator(kinds=["swap"], vocab=vocab, nlp=nlp, plausibility=None, mode="all")
+    negs = gen.generate([caption])[0]
+    assert negs
+    for n in negs:  # a swap that keeps "A red plate holds" swapped two items of the list
+        assert not n.text.startswith("A red plate holds"), n.text
+
+
+def test_synonyms_and_hypernyms_are_no_negative(nlp, captions, vocab):
+    assert is_synonym("car", "vehicle") and is_synonym("vehicles", "car") and is_synonym("dog", "animal")
+    assert is_synonym("duck", "animal")  # through bird
+    assert not is_synonym("car", "truck") and not is_synonym("dog", "cat")
+    gen = RuleNegativeGenerator(kinds=["replace:obj"], vocab=vocab, nlp=nlp, plausibility=None, mode="all")
+    for caption in real(captions, r"\b(a|the) (car|dog|truck|horse|pizza|chair)\b", 40):
+        words = Counter(re.findall(r"\w+", caption.lower()))
+        for n in gen.generate([caption])[0]:
+            after = Counter(re.findall(r"\w+", n.text.lower()))
+            new, old = [[w for w in (x - y).elements() if w not in ("a", "an")]
+                        for x, y in ((after, words), (words, after))]
+            assert len(new) == 1 and len(old) == 1 and not is_synonym(old[0], new[0]), (caption, n.text)
+
+
+def test_a_an_agreement_everywhere(nlp, vocab):
+    assert [article_for(w) for w in ["umbrella", "hour", "one", "8", "80", "11", "18th", "1", "uniform"]] == \
+        ["an", "an", "a", "an", "an", "an", "an", "a", "a"]
+    assert render([("A", " "), ("umbrella", "")], True) == "An umbrella"
+    assert render([("a", " "), ("8", " "), ("year", "")], False) == "an 8 year"
+    caption = "THERE IS A RED TRUCK THAT IS ON THE STREET"
+    gen = RuleNegativeGenerator(vocab=vocab, nlp=nlp, plausibility=None, mode="all")
+    negs = gen.generate([caption])[0]
+    assert negs and all(n.text == n.text.upper() for n in negs)
+    for n in gen.generate(["A man holding an umbrella next to a elephant and a orange cat."])[0]:
+        for art, word in re.findall(r"\b(an?) (\w+)", n.text, flags=re.I):
+            assert art.lower() == article_for(word), n.text
+
+
+def test_added_adjective_follows_english_order(nlp):
+    from datagen.negatives.add import add_att
+    voc = Vocabulary({"adj/bowl": [("large", 5), ("small", 5)], "adj/*": [("large", 1), ("small", 1)]})
+    import random
+    texts = {n.text for s in range(10) for n in add_att(nlp("A white bowl of apples."), random.Random(s),
+                                                        vocab=voc, limit=2)}
+    assert texts and all(t.startswith(("A large white bowl", "A small white bowl")) or "apples" in t.split()[-1]
+                         for t in texts), texts
+
+
+# --- plausibility filter ------------------------------------------------------------------
+
+def test_ngram_filter_drops_implausible_and_keeps_plausible(captions):
+    lm = NgramLM.train(captions)
+    filt = PlausibilityFilter(lm, margin=0.5)
+    positive = "A man riding a horse on the beach."
+    plausible, implausible = "A woman riding a horse on the beach.", "A beach riding a horse on the man."
+    keep, drop = filt.rank(positive, [implausible, plausible])
+    assert keep == [1] and drop == [0]
+    (p, i) = lm.score(positive, [plausible, implausible])
+    assert p > i
+
+
+def test_ngram_scores_leave_the_positive_out_and_match_full_scoring(captions):
+    lm = NgramLM.train(captions[:1500])
+    caption = captions[7]
+    without = NgramLM.train([c for c in captions[:1500] if c != caption])
+    n = len(tokens(caption)) + 1
+    assert lm.score(caption, [caption])[0] == pytest.approx(without.logprob(caption) / n, rel=1e-9)
+    for other in ("A dog " + caption, caption + " and a cat", "a"):
+        assert lm.score(caption, [other])[0] == pytest.approx(lm.logprob(other, caption) / (len(tokens(other)) + 1))
+    restored = NgramLM.from_json_dict(lm.to_json_dict())
+    assert restored.score(caption, [captions[3]]) == lm.score(caption, [captions[3]])
+
+
+def test_generator_filter_modes(nlp, captions, vocab):
+    caps = captions[2000:2100]
+    plain = RuleNegativeGenerator(vocab=vocab, nlp=nlp, plausibility=None)
+    filtered = RuleNegativeGenerator(vocab=vocab, nlp=nlp)
+    strict = RuleNegativeGenerator(vocab=vocab, nlp=nlp, margin=0.0)
+    n_plain = sum(map(len, plain.generate(caps)))
+    n_filtered, n_strict = sum(map(len, filtered.generate(caps))), sum(map(len, strict.generate(caps)))
+    assert n_strict < n_filtered <= n_plain and sum(strict.filtered.values()) > 0
+    # enumerate mode keeps every candidate, the implausible ones last
+    every = RuleNegativeGenerator(vocab=vocab, nlp=nlp, mode="all", margin=0.2, kinds=["swap:obj"])
+    for caption, negs in zip(caps, every.generate(caps)):
+        if len(negs) > 1:
+            scores = vocab.lm.score(caption, [n.text for n in negs])
+            base = vocab.lm.score(caption, [caption])[0]
+            ok = [s >= base - 0.2 for s in scores]
+            assert ok == sorted(ok, reverse=True), (caption, [n.text for n in negs], scores)
+
+
+@pytest.fixture(scope="module")
+def tiny_causal_lm():
+    torch = pytest.importorskip("torch")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+    words = "a an the man woman dog horse beach riding on of is".split()
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[BOS]"] + words)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]",
+                                        bos_token="[BOS]")
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(vocab), n_positions=64, n_embd=16, n_layer=1, n_head=2,
+                        bos_token_id=2, eos_token_id=2, pad_token_id=0)
+    return GPT2LMHeadModel(config).eval(), tokenizer
+
+
+def test_hf_causal_lm_backend(tiny_causal_lm, nlp, vocab):
+    import torch
+    model, tokenizer = tiny_causal_lm
+    scorer = HFCausalLMScorer(model, tokenizer, batch_size=2)
+    texts = ["a man riding a horse", "the dog", "a woman on the beach of the horse"]
+    got = scorer.score(texts[0], texts)
+    for text, value in zip(texts, got):  # batched and padded == one by one, by hand
+        ids = torch.tensor([[2] + tokenizer(text, add_special_tokens=False)["input_ids"]])
+        logp = torch.log_softmax(model(ids).logits[0, :-1], -1).gather(-1, ids[0, 1:, None])
+        assert value == pytest.approx(logp.mean().item(), abs=1e-5)
+    gen = RuleNegativeGenerator(vocab=vocab, nlp=nlp, plausibility=scorer, margin=100.0)
+    assert gen.generate(["a man riding a horse on the beach"])[0]
+
+
+# --- input checks -------------------------------------------------------------------------
+
+def test_empty_input_is_an_error(tmp_path, capsys):
+    from datagen.negatives.__main__ import main as cli
+    for name, text in (("empty.csv", ""), ("header.csv", "filepath,caption\n"),
+                       ("empty.json", '{"annotations": [], "images": []}')):
+        (tmp_path / name).write_text(text)
+        assert cli(["generate", str(tmp_path / name), str(tmp_path / f"out_{name}"), "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "no captions" in err and name in err
+        assert not (tmp_path / f"out_{name}").exists()
+
+
+def test_non_english_captions_are_rejected(captions):
+    from datagen.negatives.text import skip_reason
+    with open(FOREIGN, encoding="utf-8") as f:
+        foreign = list(csv.DictReader(f, delimiter="\t"))
+    assert {r["lang"] for r in foreign} == {"de", "it", "es", "fr", "nl"}
+    rejected = [r for r in foreign if skip_reason(r["caption"]) == "non_english"]
+    assert len(rejected) >= 0.95 * len(foreign), [r["caption"] for r in foreign if r not in rejected]
+    assert skip_reason("Un uomo in sella a un cavallo sulla spiaggia.") == "non_english"
+    assert skip_reason("Ein Mann am Strand mit einem Hund.") == "non_english"
+    wrongly = [c for c in captions if skip_reason(c) == "non_english"]
+    assert len(wrongly) <= 0.002 * len(captions), wrongly[:10]
+
+
+def test_decode_errors_name_the_real_line(tmp_path):
+    from datagen.captions_io import InputError, read_items
+    rows = ["filepath,caption"] + [f"{i}.jpg,A dog number {i} on a bench." for i in range(50)]
+    for bad_line in (3, 40):
+        data = "\n".join(rows).encode()
+        lines = data.split(b"\n")
+        lines[bad_line - 1] = lines[bad_line - 1].replace(b"dog", b"d\xffg")
+        path = tmp_path / f"bad{bad_line}.csv"
+        path.write_bytes(b"\n".join(lines))
+        with pytest.raises(InputError, match=rf"line {bad_line}: byte 0xff"):
+            list(read_items(path))
+    js = tmp_path / "captions.json"
+    js.write_bytes(b'{"annotations": [\n{"id": 1, "image_id": 1, "caption": "a"},\n'
+                   b'{"id": 2, "image_id": 1, "caption": "b\xe9"}\n], "images": []}')
+    with pytest.raises(InputError, match=r"line 3: byte 0xe9"):
+        list(read_items(js))
+
+
+def test_noun_swaps_prefer_two_things_of_one_kind(nlp, captions, vocab):
+    from datagen.negatives.swap import same_category
+    caption = "A woman flies a kite near a young child."
+    assert caption in captions  # a real SugarCrepe (COCO val2017) caption
+    gen = RuleNegativeGenerator(kinds=["swap:obj"], vocab=vocab, nlp=nlp, plausibility=None)
+    for seed in range(8):  # three chunks; only woman <-> child is a swap of two people
+        (neg,) = gen.generate([caption], seed=seed)[0]
+        assert neg.text == "A young child flies a kite near a woman.", neg.text
+    v = view(nlp(caption))
+    spans = [(c.start, c.end) for c in v.chunks]
+    assert same_category(v, spans[0], spans[2]) and not same_category(v, spans[0], spans[1])
+
+
+def test_judged_files_are_complete_and_summarised(repo_root, tmp_path):
+    for name in ("negatives_judged_before.tsv", "negatives_judged_after.tsv"):
+        summary = audit.judged_summary(repo_root / "docs" / name)
+        assert [summary[k]["n"] for k in ("swap", "replace", "add", "all")] == [100, 100, 100, 300]
+        assert all(0 <= summary["all"][c] <= 1 for c in ("grammatical", "different", "plausible", "all_three"))
+    groups = {"swap:obj": [(f"c{i}", f"s{i}") for i in range(150)], "add:att": [("c", "a")] * 3}
+    rows = audit.judge_sample(groups, per_kind=100, seed=0)
+    assert [r["kind"] for r in rows].count("swap") == 100 and [r["kind"] for r in rows].count("add") == 3
+    audit.write_judge_tsv(rows, tmp_path / "j.tsv")
+    with pytest.raises(ValueError, match="not judged"):
+        audit.judged_summary(tmp_path / "j.tsv")
