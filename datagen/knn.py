@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 EXACT_LIMIT = 300_000
 DUP_THRESHOLD = 0.999
+EXTRA = 4  # candidates searched beyond k + 1 (itself), for exclusions
 
 
 @dataclass
@@ -147,11 +148,12 @@ class BlasFlatIP:
     Same answers as `faiss.IndexFlatIP` (same float32 products, same heap selection), but the
     products run in numpy's OpenBLAS, which has kernels for this CPU; the OpenBLAS bundled in
     the faiss-cpu wheel measured 2-4x slower here (see docs/images.md). Database blocks of
-    `block` rows bound the temporary [queries x block] score matrix.
+    `block` rows bound the temporary [queries x block] score matrix. `self_join` answers all
+    stored rows at once for half the products (`self_join_topk`, blocks of `join_block`).
     """
 
-    def __init__(self, d: int, capacity: int, block: int = 16_384):
-        self.d, self.block, self.ntotal = d, block, 0
+    def __init__(self, d: int, capacity: int, block: int = 16_384, join_block: int = 2048):
+        self.d, self.block, self.join_block, self.ntotal = d, block, join_block, 0
         self._xb = np.empty((capacity, d), np.float32)
 
     def add(self, x: np.ndarray) -> None:
@@ -172,6 +174,114 @@ class BlasFlatIP:
             heaps.addn(block.shape[1], faiss.swig_ptr(block), start, 0, -1)
         heaps.reorder()
         return scores, ids
+
+    def self_join(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top k of every stored row against all stored rows (itself included): `self_join_topk`."""
+        return self_join_topk(self._xb[:self.ntotal], k, self.join_block)
+
+
+_SIGN = np.uint32(0x80000000)
+_LOW = np.uint64(0xFFFFFFFF)
+
+
+def _rank_keys(scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """uint64 keys ordered like (score descending, id ascending): the float's bits made monotonic
+    in the high half, the complement of the id in the low half; 0 is below every key."""
+    bits = (np.asarray(scores, np.float32) + np.float32(0)).view(np.uint32)  # -0.0 -> +0.0
+    high = np.where(bits & _SIGN, ~bits, bits | _SIGN).astype(np.uint64)
+    return (high << np.uint64(32)) | (_LOW - np.asarray(ids).astype(np.uint64))
+
+
+def _ties_by_id(scores: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows re-ordered by (score descending, id ascending), empty slots (-1) last: faiss' heaps
+    list equal scores by descending id, the self-join and numpy's stable argsort ascending."""
+    keys = np.where(ids >= 0, _rank_keys(scores, np.maximum(ids, 0)), np.uint64(0))
+    order = np.argsort(keys, axis=1, kind="stable")[:, ::-1]
+    return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
+
+
+def _key_scores(keys: np.ndarray) -> np.ndarray:
+    high = (keys >> np.uint64(32)).astype(np.uint32)
+    return np.where(high & _SIGN, high & ~_SIGN, ~high).astype(np.uint32).view(np.float32)
+
+
+def _true_positions(mask: np.ndarray) -> np.ndarray:
+    """Flat indices of the True entries of a C-contiguous bool array, scanning 8 bytes at a time
+    (np.flatnonzero reads byte by byte: 3-4x slower on the mostly-False masks of the self-join)."""
+    flat = mask.reshape(-1)
+    whole = len(flat) - len(flat) % 8
+    words = np.flatnonzero(flat[:whole].view(np.uint64))
+    pos = (words[:, None] * 8 + np.arange(8)).ravel()
+    return np.concatenate([pos[flat[pos]], whole + np.flatnonzero(flat[whole:])])
+
+
+def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
+                   margin: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top k by inner product of every row of `xb` against all rows (itself included),
+    computing each pair's product once: (scores [N, k] best first, ids; -1 / -inf pad).
+
+    Blocks of `block` rows: for block pairs i <= j one product `X_i X_j^T` serves the rows of i
+    (its rows) and, when i < j, the rows of j (its columns), so the products cost half of the
+    full N x N. Selection keeps, per row, the k best (score, id) pairs as uint64 keys ordered
+    like (score descending, id ascending), so ties go to the smaller id whatever the block order
+    (as numpy's stable argsort of the scores). A product enters a row's candidates only if it
+    is >= the row's threshold: the k-th best kept so far, primed before the loop with the k-th
+    best against `probe` evenly spaced rows (minus `margin`, as those products are computed in
+    another shape): a lower bound of the true k-th best, so nothing that belongs is dropped and
+    the comparisons stay cheap vectorised passes over each product block.
+    """
+    xb = np.ascontiguousarray(xb, np.float32)
+    n = len(xb)
+    k = min(k, n)
+    best = np.zeros((n, k), np.uint64)
+    thr = np.full(n, -np.inf, np.float32)
+    if k == 0:
+        return np.empty((n, 0), np.float32), np.empty((n, 0), np.int64)
+    sample = xb[::max(1, n // probe)][:probe]
+    if len(sample) >= k:
+        for start in range(0, n, 8192):
+            part = xb[start:start + 8192] @ sample.T
+            thr[start:start + 8192] = np.partition(part, len(sample) - k, axis=1)[:, len(sample) - k] - margin
+
+    def merge(rows: np.ndarray, keys: np.ndarray) -> None:
+        if not len(rows):
+            return
+        order = np.argsort(rows, kind="stable")
+        rows, keys = rows[order], keys[order]
+        uniq, first, counts = np.unique(rows, return_index=True, return_counts=True)
+        width = k + int(counts.max())
+        pad = np.zeros((len(uniq), width), np.uint64)
+        pad[:, :k] = best[uniq]
+        pad[np.repeat(np.arange(len(uniq)), counts), k + np.arange(len(rows)) - np.repeat(first, counts)] = keys
+        top = np.partition(pad, width - k, axis=1)[:, width - k:]
+        best[uniq] = top
+        low = top.min(1)
+        full = uniq[low > 0]
+        thr[full] = np.maximum(thr[full], _key_scores(low[low > 0]))
+
+    prod_buf = np.empty(min(n, block) ** 2, np.float32)
+    mask_buf = np.empty(min(n, block) ** 2, bool)
+    for i0 in range(0, n, block):
+        xi = xb[i0:i0 + block]
+        for j0 in range(i0, n, block):
+            xj = xb[j0:j0 + block]
+            prod = np.matmul(xi, xj.T, out=prod_buf[:len(xi) * len(xj)].reshape(len(xi), len(xj)))
+            mask = mask_buf[:prod.size].reshape(prod.shape)
+            a, b = np.divmod(_true_positions(np.greater_equal(prod, thr[i0:i0 + len(xi), None], out=mask)),
+                             len(xj))
+            rows, ids, vals = [a + i0], [b + j0], [prod[a, b]]
+            if j0 != i0:  # the same products, seen from the rows of block j
+                a, b = np.divmod(_true_positions(np.greater_equal(prod, thr[None, j0:j0 + len(xj)], out=mask)),
+                                 len(xj))
+                rows.append(b + j0)
+                ids.append(a + i0)
+                vals.append(prod[a, b])
+            merge(np.concatenate(rows), _rank_keys(np.concatenate(vals), np.concatenate(ids)))
+    best = np.sort(best, axis=1)[:, ::-1]
+    empty = best == 0
+    scores = np.where(empty, -np.inf, _key_scores(best)).astype(np.float32)
+    ids = np.where(empty, -1, (_LOW - (best & _LOW)).astype(np.int64))
+    return scores, ids
 
 
 def build_index(vectors: np.ndarray, rows: np.ndarray, method: str = "exact",
@@ -221,9 +331,12 @@ def _keep(query_ids, ids, scores, hashes, dup_threshold):
 
 
 def search(index: faiss.Index, vectors: np.ndarray, rows: np.ndarray, query_pos: np.ndarray, k: int,
-           hashes: np.ndarray, dup_threshold: float = DUP_THRESHOLD,
-           extra: int = 4) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k acceptable neighbours of `rows[query_pos]` as (positions in rows, scores); -1 pads."""
+           hashes: np.ndarray, dup_threshold: float = DUP_THRESHOLD, extra: int = EXTRA,
+           first: Optional[tuple[np.ndarray, np.ndarray]] = None) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k acceptable neighbours of `rows[query_pos]` as (positions in rows, scores); -1 pads.
+
+    `first`: the queries' top `k + 1 + extra` (scores, ids) already found (the self-join), used
+    in place of the first search; rows that need more are searched again with a larger K."""
     queries = np.ascontiguousarray(vectors[rows[query_pos]], np.float32)
     h = hashes[rows]
     out_ids = np.full((len(query_pos), k), -1, np.int64)
@@ -231,7 +344,11 @@ def search(index: faiss.Index, vectors: np.ndarray, rows: np.ndarray, query_pos:
     todo = np.arange(len(query_pos))
     ks = k + 1 + extra
     while len(todo):
-        scores, ids = index.search(queries[todo], min(ks, index.ntotal))
+        if first is not None:
+            scores, ids = first
+            first = None
+        else:
+            scores, ids = _ties_by_id(*index.search(queries[todo], min(ks, index.ntotal)))
         keep = _keep(query_pos[todo], ids, scores, h, dup_threshold)
         order = np.argsort(~keep, axis=1, kind="stable")[:, :k]
         got = np.take_along_axis(keep, order, 1)
@@ -260,9 +377,11 @@ def find_neighbours(emb: Embeddings, k: int = 3, method: str = "auto",
     t1 = time.perf_counter()
     ids = np.full((len(emb.keys), k), -1, np.int64)
     scores = np.zeros((len(emb.keys), k), np.float32)
+    joined = index.self_join(k + 1 + EXTRA) if method == "exact" else None
     for start, stop in _chunks(len(rows), query_chunk):
         pos = np.arange(start, stop)
-        found, sc = search(index, emb.vectors, rows, pos, k, emb.hashes, dup_threshold)
+        first = None if joined is None else (joined[0][start:stop], joined[1][start:stop])
+        found, sc = search(index, emb.vectors, rows, pos, k, emb.hashes, dup_threshold, first=first)
         ids[rows[pos]] = np.where(found >= 0, rows[np.maximum(found, 0)], -1)
         scores[rows[pos]] = sc
     stats = {"method": method, "k": k, "images": len(rows), "dup_threshold": dup_threshold,
