@@ -1,10 +1,12 @@
 """Speed of the image generators: exact kNN vs the BLAS bound, approximate kNN recall and speed,
-stitched pairs/s, generated images/s (renderer and the tiny random diffusers pipeline).
+the kNN embedding pass per loader worker count, stitched pairs/s, generated images/s (renderer
+and the tiny random diffusers pipeline).
 
     .venv/bin/python bench/bench_images.py                       # full: 100k exact, 1M approx
     .venv/bin/python bench/bench_images.py --n-exact 20000 --n-approx 100000   # smaller
     .venv/bin/python bench/bench_images.py --only exact --threads 1     # fairer on a busy machine
     .venv/bin/python bench/bench_images.py --quick                      # smoke check
+    .venv/bin/python bench/bench_images.py --only embed --embed-workers 0,2   # kNN embedding pass
 
 Synthetic embeddings are clustered (n/100 unit centres plus Gaussian noise of norm 1.5, then
 normalised: same-cluster cosines ~0.3, others ~0) so neighbours mean something and an IVF index is not trivially hopeless.
@@ -126,6 +128,79 @@ def bench_exact(n: int, d: int, k: int, with_flat: bool, reps: int) -> dict:
     return out
 
 
+def photo_like_jpegs(n: int, size: tuple[int, int] = (640, 480), seed: int = 0) -> list[bytes]:
+    """JPEGs (quality 90) of smooth random colour fields plus noise: sizes like COCO photos'
+    (~50-150 kB at 640x480), not the 32 px fixtures."""
+    import io
+    from PIL import Image
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        low = rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)
+        base = np.asarray(Image.fromarray(low).resize(size, Image.BICUBIC), np.int16)
+        pixels = np.clip(base + rng.integers(-20, 21, base.shape), 0, 255).astype(np.uint8)
+        buf = io.BytesIO()
+        Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
+        out.append(buf.getvalue())
+    return out
+
+
+class _PoolEncoder:
+    """Stands in for an image tower where only the loader is measured: mean-pools the pixels."""
+
+    def __init__(self, preprocess, name: str):
+        self.preprocess, self.name = preprocess, name
+
+    def encode_image_tensors(self, pixels):
+        import torch.nn.functional as F
+        return F.normalize(pixels.float().mean(dim=(2, 3)), dim=-1)
+
+    def encode_images(self, images):
+        import torch
+        return self.encode_image_tensors(torch.stack([self.preprocess(im) for im in images]))
+
+
+def bench_embed(n: int, workers: list[int], reps: int) -> dict:
+    """Images/s of the kNN embedding pass (`embed_shard_set`) on generated 640x480 JPEGs, per
+    loader worker count: with the micro model (32 px preprocess) and with ViT-B-32's 224 px
+    preprocess before a mean-pool stand-in for the tower (the loader's share alone)."""
+    import open_clip
+    import torch
+    from datagen.knn import embed_shard_set
+    from datagen.schema import ShardSample
+    from datagen.shards import ShardSetWriter
+    from eval.scorer import OpenClipScorer
+    from models import load_model
+    torch.manual_seed(0)
+    scorers = {"micro-vit-32": OpenClipScorer.from_loaded(load_model("micro-vit-32"), batch_size=64),
+               "loader_224px": _PoolEncoder(open_clip.image_transform(224, is_train=False), "pool224")}
+    out: dict = {"images": n, "jpeg": "640x480, quality 90", "batch": 64, "torch_threads": torch.get_num_threads()}
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "src"
+        jpegs = photo_like_jpegs(n)
+        out["mean_jpeg_kb"] = round(sum(map(len, jpegs)) / n / 1024, 1)
+        with ShardSetWriter(src, max_count=max(1, n // 4)) as writer:
+            for i, data in enumerate(jpegs):
+                writer.add(ShardSample(key=f"img{i:05d}", caption="a photo", image=data))
+        for name, scorer in scorers.items():
+            runs: dict[int, list[float]] = {w: [] for w in workers}
+            files: dict[int, bytes] = {}
+            for rep in range(reps):
+                for w in workers:  # interleaved: paired under the same load
+                    path = Path(tmp) / f"{name}_{w}_{rep}.npy"
+                    t = time.perf_counter()
+                    embed_shard_set(src, scorer, path, batch_size=64, dtype="float32", workers=w)
+                    runs[w].append(n / (time.perf_counter() - t))
+                    files[w] = path.read_bytes()
+            out[name] = {f"workers_{w}": {"images_per_s": summarize(runs[w], 1)} for w in workers}
+            for w in workers[1:]:
+                out[name][f"workers_{w}"]["speedup_vs_{}".format(workers[0])] = ratio_stat(runs[w], runs[workers[0]])
+            out[name]["identical_embeddings"] = len(set(files.values())) == 1
+            log(f"images: embed {name}: " + ", ".join(
+                f"{w} workers {out[name][f'workers_{w}']['images_per_s']['median']} img/s" for w in workers))
+    return out
+
+
 def bench_approx(n: int, d: int, k: int, nprobes: list[int], factory: str | None) -> list[dict]:
     vecs = clustered(n, d, seed=2)
     rows = []
@@ -220,14 +295,16 @@ def main() -> None:
     p.add_argument("--n-pairs", type=int, default=200)
     p.add_argument("--n-images", type=int, default=64)
     p.add_argument("--reps", type=int, default=3, help="repetitions of exact kNN, stitch and generate")
-    p.add_argument("--only", default="exact,approx,stitch,generate")
+    p.add_argument("--n-embed", type=int, default=256, help="generated 640x480 JPEGs to embed")
+    p.add_argument("--embed-workers", default="0,2", help="loader worker counts to compare")
+    p.add_argument("--only", default="exact,approx,embed,stitch,generate")
     p.add_argument("--flat", action="store_true", help="also time faiss IndexFlatIP (method flat)")
     p.add_argument("--threads", type=int, default=None, help="BLAS/OpenMP threads (default: all)")
     p.add_argument("--quick", action="store_true", help="10k exact, no approx, 50 pairs, 32 images")
     p.add_argument("--out", default=None)
     args = p.parse_args()
     if args.quick:
-        args.n_exact, args.n_pairs, args.n_images = 10_000, 50, 32
+        args.n_exact, args.n_pairs, args.n_images, args.n_embed = 10_000, 50, 32, 64
         args.only = ",".join(x for x in args.only.split(",") if x != "approx")
     import faiss
     only = set(args.only.split(","))
@@ -243,6 +320,10 @@ def main() -> None:
     if "approx" in only:
         results["approx_knn"] = bench_approx(args.n_approx, args.dim, args.k,
                                              [int(x) for x in args.nprobe.split(",")], args.factory)
+    if "embed" in only:
+        results["knn_embed"] = {**bench_embed(args.n_embed, [int(w) for w in args.embed_workers.split(",")],
+                                              args.reps), "load_avg_1min": round(os.getloadavg()[0], 2),
+                                "when": when}
     if "stitch" in only:
         results["stitch"] = {**bench_stitch(args.n_pairs, args.reps), "load_avg_1min": round(os.getloadavg()[0], 2),
                              "when": when}

@@ -3,12 +3,16 @@ write them into a copy of the set as `nn.json`.
 
 1. `embed_shard_set`: every anchor image, decoded robustly (corrupt ones are marked invalid and
    later skipped and counted), is embedded by an `OpenClipScorer` in batches and written row by
-   row into a float16 (or float32) `.npy` memmap, so the set may exceed memory. A sidecar JSON
-   holds keys, a content hash of each image's bytes, and validity.
+   row into a float16 (or float32) `.npy` memmap, so the set may exceed memory. Reading,
+   decoding and preprocessing run in DataLoader workers (`datagen.knn_images`), in row order,
+   so the memmap does not depend on the worker count. A sidecar JSON holds keys, a content
+   hash of each image's bytes, and validity.
 2. `find_neighbours`: cosine similarity (embeddings are L2-normalised, so inner product) with
-   faiss. `method="exact"` (the default up to `EXACT_LIMIT` images) computes the products in
-   query chunks with numpy's BLAS and keeps the top k in faiss' heaps (`BlasFlatIP`: same answer
-   as `faiss.IndexFlatIP`, which is `method="flat"`, but faster here); `method="approx"` is any
+   faiss. `method="exact"` (the default up to `EXACT_LIMIT` images) is a self-join: each block
+   pair's product once with numpy's BLAS (half the N x N products), top k per row by
+   (score, then smaller id) (`self_join_topk`; retries use `BlasFlatIP`, query chunks against
+   all rows, top k in faiss' heaps; same answers as `faiss.IndexFlatIP`, `method="flat"`, up to
+   the order of exact ties, but faster here); `method="approx"` is any
    faiss index factory string, default
    `IVF{4*sqrt(N)},Flat` probed with `nprobe` lists, whose recall against exact search is
    measured on a sample of queries and reported. Vectors are added to the index in chunks read
@@ -29,10 +33,11 @@ import hashlib
 import json
 import logging
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import faiss
 import numpy as np
@@ -80,9 +85,26 @@ def _sources(directory: str | Path) -> list[str]:
     return [s["sha256"] for s in read_manifest(directory)["shards"]]
 
 
+def _image_encoder(scorer) -> tuple[Optional[Callable], Callable]:
+    """(transform run in the loader workers, encode of a list of what it returns). A scorer with
+    `preprocess` and `encode_image_tensors` (OpenClipScorer) gets its preprocessing done in the
+    workers; any other `encode_images` scorer gets decoded PIL images."""
+    if hasattr(scorer, "preprocess") and hasattr(scorer, "encode_image_tensors"):
+        import torch
+        return scorer.preprocess, lambda images: scorer.encode_image_tensors(torch.stack(images))
+    return None, scorer.encode_images
+
+
 def embed_shard_set(directory: str | Path, scorer, out_path: str | Path, batch_size: int = 256,
-                    dtype: str = "float16") -> Embeddings:
-    """Embed every anchor image of a shard set into an .npy memmap; reuses a finished one."""
+                    dtype: str = "float16", workers: Optional[int] = None,
+                    progress: bool = False) -> Embeddings:
+    """Embed every anchor image of a shard set into an .npy memmap; reuses a finished one.
+
+    `workers` DataLoader processes read, decode and preprocess the images (default
+    `default_workers()`; 0: in this process); the result does not depend on it."""
+    from tqdm import tqdm
+
+    from datagen.knn_images import default_workers, image_loader
     out_path = Path(out_path)
     side = _sidecar(out_path)
     if side.is_file() and out_path.is_file():
@@ -96,35 +118,41 @@ def embed_shard_set(directory: str | Path, scorer, out_path: str | Path, batch_s
     keys, hashes, valid = [], [], []
     table: Optional[np.ndarray] = None
     pending: list[tuple[int, object]] = []
+    transform, encode = _image_encoder(scorer)
+    workers = default_workers() if workers is None else workers
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0, got {workers}")
+    loader = image_loader(shard_urls(directory), transform, workers)
+    bar = tqdm(total=total, unit="img", unit_scale=True, desc="knn embed", disable=not progress,
+               file=sys.stderr)
 
     def flush() -> None:
         nonlocal table
         if not pending:
             return
-        vecs = scorer.encode_images([im for _, im in pending]).numpy()
+        vecs = encode([im for _, im in pending]).numpy()
         if table is None:
             table = np.lib.format.open_memmap(out_path, "w+", dtype, (total, vecs.shape[1]))
         table[[i for i, _ in pending]] = vecs.astype(dtype)
+        bar.update(len(pending))
         pending.clear()
 
-    for url in shard_urls(directory):
-        for raw in iter_raw_samples(url):
-            row = len(keys)
-            ext = next((e for e in IMAGE_EXTS if e in raw), None)
-            keys.append(raw["__key__"])
-            data = raw.get(ext, b"") if ext else b""
-            hashes.append(image_hash(data))
-            try:
-                if ext is None:
-                    raise BadImage(f"sample '{raw['__key__']}' in {url}: no image member")
-                pending.append((row, decode_image(data, f"sample '{raw['__key__']}' in {url}", "RGB")))
-                valid.append(True)
-            except BadImage as err:
-                log.warning("not embedded: %s", err)
-                valid.append(False)
+    with bar:
+        for item in loader:
+            if item["row"] != len(keys):
+                raise RuntimeError(f"{directory}: embedding loader gave row {item['row']}, "
+                                   f"expected {len(keys)}")
+            keys.append(item["key"])
+            hashes.append(item["hash"])
+            valid.append(item["error"] is None)
+            if item["error"] is None:
+                pending.append((item["row"], item["image"]))
+            else:
+                log.warning("not embedded: %s", item["error"])
+                bar.update(1)
             if len(pending) >= batch_size:
                 flush()
-    flush()
+        flush()
     if table is None:
         raise ValueError(f"{directory}: no decodable image to embed")
     for row in np.flatnonzero(~np.array(valid, bool)):
@@ -205,16 +233,6 @@ def _key_scores(keys: np.ndarray) -> np.ndarray:
     return np.where(high & _SIGN, high & ~_SIGN, ~high).astype(np.uint32).view(np.float32)
 
 
-def _true_positions(mask: np.ndarray) -> np.ndarray:
-    """Flat indices of the True entries of a C-contiguous bool array, scanning 8 bytes at a time
-    (np.flatnonzero reads byte by byte: 3-4x slower on the mostly-False masks of the self-join)."""
-    flat = mask.reshape(-1)
-    whole = len(flat) - len(flat) % 8
-    words = np.flatnonzero(flat[:whole].view(np.uint64))
-    pos = (words[:, None] * 8 + np.arange(8)).ravel()
-    return np.concatenate([pos[flat[pos]], whole + np.flatnonzero(flat[whole:])])
-
-
 def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
                    margin: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
     """Exact top k by inner product of every row of `xb` against all rows (itself included),
@@ -226,9 +244,12 @@ def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
     like (score descending, id ascending), so ties go to the smaller id whatever the block order
     (as numpy's stable argsort of the scores). A product enters a row's candidates only if it
     is >= the row's threshold: the k-th best kept so far, primed before the loop with the k-th
-    best against `probe` evenly spaced rows (minus `margin`, as those products are computed in
-    another shape): a lower bound of the true k-th best, so nothing that belongs is dropped and
-    the comparisons stay cheap vectorised passes over each product block.
+    best against `probe` evenly spaced rows (less `margin` times the norms, as those products
+    are rounded in another shape), always a lower bound of the true k-th best, so nothing that
+    belongs is dropped. Diagonal block pairs go first, so every row's threshold is the k-th best
+    of its own block before the off-diagonal pairs: few products pass, and the selection is two
+    vectorised comparisons per block (rows' thresholds, columns' thresholds) plus a merge of
+    the few that pass.
     """
     xb = np.ascontiguousarray(xb, np.float32)
     n = len(xb)
@@ -238,15 +259,18 @@ def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
     if k == 0:
         return np.empty((n, 0), np.float32), np.empty((n, 0), np.int64)
     sample = xb[::max(1, n // probe)][:probe]
-    if len(sample) >= k:
+    if len(sample) >= k:  # the margin scales with the norms, as the rounding of a product does
+        reach = margin * float(np.linalg.norm(sample, axis=1).max())
         for start in range(0, n, 8192):
-            part = xb[start:start + 8192] @ sample.T
-            thr[start:start + 8192] = np.partition(part, len(sample) - k, axis=1)[:, len(sample) - k] - margin
+            chunk = xb[start:start + 8192]
+            part = chunk @ sample.T
+            thr[start:start + 8192] = (np.partition(part, len(sample) - k, axis=1)[:, len(sample) - k]
+                                       - reach * np.linalg.norm(chunk, axis=1))
 
     def merge(rows: np.ndarray, keys: np.ndarray) -> None:
         if not len(rows):
             return
-        order = np.argsort(rows, kind="stable")
+        order = np.argsort(rows)  # any order within a row: the keys decide
         rows, keys = rows[order], keys[order]
         uniq, first, counts = np.unique(rows, return_index=True, return_counts=True)
         width = k + int(counts.max())
@@ -259,24 +283,26 @@ def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
         full = uniq[low > 0]
         thr[full] = np.maximum(thr[full], _key_scores(low[low > 0]))
 
-    prod_buf = np.empty(min(n, block) ** 2, np.float32)
-    mask_buf = np.empty(min(n, block) ** 2, bool)
-    for i0 in range(0, n, block):
-        xi = xb[i0:i0 + block]
-        for j0 in range(i0, n, block):
-            xj = xb[j0:j0 + block]
-            prod = np.matmul(xi, xj.T, out=prod_buf[:len(xi) * len(xj)].reshape(len(xi), len(xj)))
-            mask = mask_buf[:prod.size].reshape(prod.shape)
-            a, b = np.divmod(_true_positions(np.greater_equal(prod, thr[i0:i0 + len(xi), None], out=mask)),
-                             len(xj))
-            rows, ids, vals = [a + i0], [b + j0], [prod[a, b]]
-            if j0 != i0:  # the same products, seen from the rows of block j
-                a, b = np.divmod(_true_positions(np.greater_equal(prod, thr[None, j0:j0 + len(xj)], out=mask)),
-                                 len(xj))
-                rows.append(b + j0)
-                ids.append(a + i0)
-                vals.append(prod[a, b])
-            merge(np.concatenate(rows), _rank_keys(np.concatenate(vals), np.concatenate(ids)))
+    def above(prod: np.ndarray, bound: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row, column) in `prod` of the products >= their `bound` (broadcast)."""
+        return np.divmod(np.flatnonzero(np.greater_equal(prod, bound, out=mask)), prod.shape[1])
+
+    side = min(n, block)
+    prod_buf, mask_buf = np.empty(side * side, np.float32), np.empty(side * side, bool)
+    starts = range(0, n, block)
+    pairs = [(i, i) for i in starts] + [(i, j) for i in starts for j in starts if j > i]
+    for i0, j0 in pairs:
+        xi, xj = xb[i0:i0 + block], xb[j0:j0 + block]
+        prod = np.matmul(xi, xj.T, out=prod_buf[:len(xi) * len(xj)].reshape(len(xi), len(xj)))
+        mask = mask_buf[:prod.size].reshape(prod.shape)
+        a, b = above(prod, thr[i0:i0 + len(xi), None], mask)
+        rows, ids, vals = [a + i0], [b + j0], [prod[a, b]]
+        if j0 != i0:  # the same products, seen from the rows of block j
+            a, b = above(prod, thr[None, j0:j0 + len(xj)], mask)
+            rows.append(b + j0)
+            ids.append(a + i0)
+            vals.append(prod[a, b])
+        merge(np.concatenate(rows), _rank_keys(np.concatenate(vals), np.concatenate(ids)))
     best = np.sort(best, axis=1)[:, ::-1]
     empty = best == 0
     scores = np.where(empty, -np.inf, _key_scores(best)).astype(np.float32)
@@ -478,11 +504,13 @@ def write_neighbours(src: str | Path, dst: str | Path, emb: Embeddings, ids: np.
 def run_knn(src: str | Path, dst: str | Path, scorer, k: int = 3, method: str = "auto",
             batch_size: int = 256, dtype: str = "float16", dup_threshold: float = DUP_THRESHOLD,
             factory: Optional[str] = None, nprobe: int = 16, work_dir: Optional[str | Path] = None,
-            max_count: int = 10_000, max_bytes: int = 1 << 30) -> dict:
-    """Embed `src`, search, write `dst` with nn.json and keys.tsv; returns the manifest."""
+            max_count: int = 10_000, max_bytes: int = 1 << 30, workers: Optional[int] = None,
+            progress: bool = False) -> dict:
+    """Embed `src` (`workers` loader processes, progress on stderr), search, write `dst` with
+    nn.json and keys.tsv; returns the manifest."""
     dst = Path(dst)
     work = Path(work_dir) if work_dir else dst / ".knn"
-    emb = embed_shard_set(src, scorer, work / "embeddings.npy", batch_size, dtype)
+    emb = embed_shard_set(src, scorer, work / "embeddings.npy", batch_size, dtype, workers, progress)
     ids, scores, stats = find_neighbours(emb, k, method, dup_threshold, factory=factory, nprobe=nprobe)
     stats.update(scorer=getattr(scorer, "name", "?"), embeddings=str(emb.path), not_embedded=emb.skipped)
     log.info("kNN: %s", stats)

@@ -57,6 +57,10 @@ class OpenClipScorer(Scorer):
             return model.encode_image(torch.stack([self.preprocess(im) for im in chunk]).to(self.device))
         return self._encode(images, encode)
 
+    def encode_image_tensors(self, pixels: Tensor) -> Tensor:
+        """`encode_images` for images already through `preprocess` ([N, 3, H, W]): same batches."""
+        return self._encode(pixels, lambda model, chunk: model.encode_image(chunk.to(self.device)))
+
     @torch.no_grad()
     def _encode(self, items: Sequence, encode) -> Tensor:
         model = getattr(self.model, "module", self.model)

@@ -232,6 +232,33 @@ def test_embeddings_match_the_scorer_and_are_reused(image_set, tmp_path, micro_m
     assert (tmp_path / "e.npy").stat().st_mtime_ns == stamp
 
 
+def test_loader_workers_give_identical_embeddings(image_set, tmp_path, micro_model, capsys):
+    scorer = OpenClipScorer.from_loaded(micro_model, batch_size=4)
+    files = {}
+    for workers in (0, 2, 3):
+        out = tmp_path / f"w{workers}.npy"
+        emb = embed_shard_set(image_set, scorer, out, batch_size=5, dtype="float32", workers=workers,
+                              progress=True)
+        files[workers] = (out.read_bytes(), out.with_suffix(".json").read_text())
+        assert emb.skipped == 1 and not emb.valid[9] and not emb.vectors[9].any()
+    assert files[2] == files[0] and files[3] == files[0]  # same rows, order, invalid marks, bytes
+    assert "knn embed" in capsys.readouterr().err  # progress on stderr
+    pil = embed_shard_set(image_set, PilOnly(scorer), tmp_path / "pil.npy", batch_size=5,
+                          dtype="float32", workers=2)  # a scorer without tensor input: PIL images
+    assert pil.path.read_bytes() == files[0][0]
+
+
+class PilOnly:
+    """A scorer that only takes PIL images."""
+
+    def __init__(self, scorer):
+        self.name, self._scorer = scorer.name, scorer
+
+    def encode_images(self, images):
+        assert all(isinstance(im, Image.Image) for im in images)
+        return self._scorer.encode_images(images)
+
+
 def test_neighbour_rewrite_resumes_byte_identical(image_set, tmp_path):
     rng = np.random.default_rng(5)
     keys = [raw["__key__"] for u in shard_urls(image_set) for raw in iter_raw_samples(u)]
