@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 EXACT_LIMIT = 300_000
 DUP_THRESHOLD = 0.999
 EXTRA = 4  # candidates searched beyond k + 1 (itself), for exclusions
+ONE_PASS_SHARE = 1 / 256  # self-join: above this share of a block passing, two passes instead
 
 
 @dataclass
@@ -247,9 +248,10 @@ def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
     best against `probe` evenly spaced rows (less `margin` times the norms, as those products
     are rounded in another shape), always a lower bound of the true k-th best, so nothing that
     belongs is dropped. Diagonal block pairs go first, so every row's threshold is the k-th best
-    of its own block before the off-diagonal pairs: few products pass, and the selection is two
-    vectorised comparisons per block (rows' thresholds, columns' thresholds) plus a merge of
-    the few that pass.
+    of its own block before the off-diagonal pairs. Selection is then one vectorised comparison
+    per block against, per row, the lower of its threshold and block j's lowest (what passes is
+    then split by the exact row and column thresholds), or two comparisons (rows', columns')
+    where more than `ONE_PASS_SHARE` of the block would pass; then a merge of the few that pass.
     """
     xb = np.ascontiguousarray(xb, np.float32)
     n = len(xb)
@@ -295,14 +297,24 @@ def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
         xi, xj = xb[i0:i0 + block], xb[j0:j0 + block]
         prod = np.matmul(xi, xj.T, out=prod_buf[:len(xi) * len(xj)].reshape(len(xi), len(xj)))
         mask = mask_buf[:prod.size].reshape(prod.shape)
-        a, b = above(prod, thr[i0:i0 + len(xi), None], mask)
-        rows, ids, vals = [a + i0], [b + j0], [prod[a, b]]
-        if j0 != i0:  # the same products, seen from the rows of block j
-            a, b = above(prod, thr[None, j0:j0 + len(xj)], mask)
-            rows.append(b + j0)
-            ids.append(a + i0)
-            vals.append(prod[a, b])
-        merge(np.concatenate(rows), _rank_keys(np.concatenate(vals), np.concatenate(ids)))
+        thr_i, thr_j = thr[i0:i0 + len(xi)], thr[j0:j0 + len(xj)]
+        if j0 == i0:
+            a, b = above(prod, thr_i[:, None], mask)
+            rows, ids, vals = a + i0, b + j0, prod[a, b]
+        else:  # one pass for both sides: a row's bound is the lower of its own and block j's
+            a, b = above(prod, np.minimum(thr_i, thr_j.min())[:, None], mask)
+            if len(a) > ONE_PASS_SHARE * prod.size:  # block j's lowest threshold lets too much in
+                a, b = above(prod, thr_i[:, None], mask)
+                a2, b2 = above(prod, thr_j[None, :], mask)
+                rows, ids = np.concatenate([a + i0, b2 + j0]), np.concatenate([b + j0, a2 + i0])
+                vals = np.concatenate([prod[a, b], prod[a2, b2]])
+            else:
+                v = prod[a, b]
+                by_i, by_j = v >= thr_i[a], v >= thr_j[b]  # the same products, seen from block j
+                rows = np.concatenate([a[by_i] + i0, b[by_j] + j0])
+                ids = np.concatenate([b[by_i] + j0, a[by_j] + i0])
+                vals = np.concatenate([v[by_i], v[by_j]])
+        merge(rows, _rank_keys(vals, ids))
     best = np.sort(best, axis=1)[:, ::-1]
     empty = best == 0
     scores = np.where(empty, -np.inf, _key_scores(best)).astype(np.float32)

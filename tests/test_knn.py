@@ -9,6 +9,7 @@ from PIL import Image
 
 import faiss
 
+from datagen import knn
 from datagen.knn import (BlasFlatIP, Embeddings, brute_force, embed_shard_set, find_neighbours, image_hash,
                          load_embeddings, measure_recall, run_knn, self_join_topk, write_neighbours)
 from datagen.knn import _ties_by_id
@@ -77,9 +78,13 @@ def test_self_join_equals_the_full_search(n, data):
         assert (np.diff(scores, axis=1) == 0).any()  # the ties are there to break
 
 
-def test_self_join_block_size_does_not_change_the_answer():
+@pytest.mark.parametrize("share", [0.0, 1.0])  # always two comparison passes / always one
+def test_self_join_block_size_does_not_change_the_answer(share, monkeypatch):
+    monkeypatch.setattr(knn, "ONE_PASS_SHARE", share)
     x = tied_vectors(np.random.default_rng(7), 300, 5)
     answers = [self_join_topk(x, 6, block=b, probe=p) for b, p in [(300, 256), (7, 3), (64, 300), (1000, 1)]]
+    np.testing.assert_array_equal(answers[0][1], np.argsort(-(x.astype(np.float64) @ x.T), axis=1,
+                                                            kind="stable")[:, :6])
     for scores, ids in answers[1:]:
         np.testing.assert_array_equal(ids, answers[0][1])
         np.testing.assert_array_equal(scores, answers[0][0])
