@@ -74,7 +74,7 @@ def cmd_knn(args) -> dict:
     from datagen.knn import run_knn
     return run_knn(args.src, args.out, _scorer(args), args.k, args.method, args.batch_size,
                    args.dtype, args.dup_threshold, args.factory, args.nprobe, args.work_dir,
-                   args.max_count, args.max_bytes)
+                   args.max_count, args.max_bytes, args.workers, progress=True)
 
 
 def cmd_genimages(args) -> dict:
@@ -244,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cosine at or above which two images count as duplicates")
     p.add_argument("--dtype", default="float16", choices=["float16", "float32"])
     p.add_argument("--work-dir", default=None, help="embeddings memmap folder (default <out>/.knn)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="image decoding processes for the embedding pass (default min(4, cores); 0: none)")
     _model_args(p)
     _shard_args(p)
     p.set_defaults(run=cmd_knn)

@@ -3,12 +3,16 @@ write them into a copy of the set as `nn.json`.
 
 1. `embed_shard_set`: every anchor image, decoded robustly (corrupt ones are marked invalid and
    later skipped and counted), is embedded by an `OpenClipScorer` in batches and written row by
-   row into a float16 (or float32) `.npy` memmap, so the set may exceed memory. A sidecar JSON
-   holds keys, a content hash of each image's bytes, and validity.
+   row into a float16 (or float32) `.npy` memmap, so the set may exceed memory. Reading,
+   decoding and preprocessing run in DataLoader workers (`datagen.knn_images`), in row order,
+   so the memmap does not depend on the worker count. A sidecar JSON holds keys, a content
+   hash of each image's bytes, and validity.
 2. `find_neighbours`: cosine similarity (embeddings are L2-normalised, so inner product) with
-   faiss. `method="exact"` (the default up to `EXACT_LIMIT` images) computes the products in
-   query chunks with numpy's BLAS and keeps the top k in faiss' heaps (`BlasFlatIP`: same answer
-   as `faiss.IndexFlatIP`, which is `method="flat"`, but faster here); `method="approx"` is any
+   faiss. `method="exact"` (the default up to `EXACT_LIMIT` images) is a self-join: each block
+   pair's product once with numpy's BLAS (half the N x N products), top k per row by
+   (score, then smaller id) (`self_join_topk`; retries use `BlasFlatIP`, query chunks against
+   all rows, top k in faiss' heaps; same answers as `faiss.IndexFlatIP`, `method="flat"`, up to
+   the order of exact ties, but faster here); `method="approx"` is any
    faiss index factory string, default
    `IVF{4*sqrt(N)},Flat` probed with `nprobe` lists, whose recall against exact search is
    measured on a sample of queries and reported. Vectors are added to the index in chunks read
@@ -31,10 +35,11 @@ import hashlib
 import json
 import logging
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import faiss
 import numpy as np
@@ -49,6 +54,8 @@ log = logging.getLogger(__name__)
 
 EXACT_LIMIT = 300_000
 DUP_THRESHOLD = 0.999
+EXTRA = 4  # candidates searched beyond k + 1 (itself), for exclusions
+ONE_PASS_SHARE = 1 / 256  # self-join: above this share of a block passing, two passes instead
 
 
 @dataclass
@@ -83,9 +90,26 @@ def _sources(directory: str | Path) -> list[str]:
     return [s["sha256"] for s in read_manifest(directory)["shards"]]
 
 
+def _image_encoder(scorer) -> tuple[Optional[Callable], Callable]:
+    """(transform run in the loader workers, encode of a list of what it returns). A scorer with
+    `preprocess` and `encode_image_tensors` (OpenClipScorer) gets its preprocessing done in the
+    workers; any other `encode_images` scorer gets decoded PIL images."""
+    if hasattr(scorer, "preprocess") and hasattr(scorer, "encode_image_tensors"):
+        import torch
+        return scorer.preprocess, lambda images: scorer.encode_image_tensors(torch.stack(images))
+    return None, scorer.encode_images
+
+
 def embed_shard_set(directory: str | Path, scorer, out_path: str | Path, batch_size: int = 256,
-                    dtype: str = "float16") -> Embeddings:
-    """Embed every anchor image of a shard set into an .npy memmap; reuses a finished one."""
+                    dtype: str = "float16", workers: Optional[int] = None,
+                    progress: bool = False) -> Embeddings:
+    """Embed every anchor image of a shard set into an .npy memmap; reuses a finished one.
+
+    `workers` DataLoader processes read, decode and preprocess the images (default
+    `default_workers()`; 0: in this process); the result does not depend on it."""
+    from tqdm import tqdm
+
+    from datagen.knn_images import default_workers, image_loader
     out_path = Path(out_path)
     side = _sidecar(out_path)
     if side.is_file() and out_path.is_file():
@@ -99,35 +123,41 @@ def embed_shard_set(directory: str | Path, scorer, out_path: str | Path, batch_s
     keys, hashes, valid = [], [], []
     table: Optional[np.ndarray] = None
     pending: list[tuple[int, object]] = []
+    transform, encode = _image_encoder(scorer)
+    workers = default_workers() if workers is None else workers
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0, got {workers}")
+    loader = image_loader(shard_urls(directory), transform, workers)
+    bar = tqdm(total=total, unit="img", unit_scale=True, desc="knn embed", disable=not progress,
+               file=sys.stderr)
 
     def flush() -> None:
         nonlocal table
         if not pending:
             return
-        vecs = scorer.encode_images([im for _, im in pending]).numpy()
+        vecs = encode([im for _, im in pending]).numpy()
         if table is None:
             table = np.lib.format.open_memmap(out_path, "w+", dtype, (total, vecs.shape[1]))
         table[[i for i, _ in pending]] = vecs.astype(dtype)
+        bar.update(len(pending))
         pending.clear()
 
-    for url in shard_urls(directory):
-        for raw in iter_raw_samples(url):
-            row = len(keys)
-            ext = next((e for e in IMAGE_EXTS if e in raw), None)
-            keys.append(raw["__key__"])
-            data = raw.get(ext, b"") if ext else b""
-            hashes.append(image_hash(data))
-            try:
-                if ext is None:
-                    raise BadImage(f"sample '{raw['__key__']}' in {url}: no image member")
-                pending.append((row, decode_image(data, f"sample '{raw['__key__']}' in {url}", "RGB")))
-                valid.append(True)
-            except BadImage as err:
-                log.warning("not embedded: %s", err)
-                valid.append(False)
+    with bar:
+        for item in loader:
+            if item["row"] != len(keys):
+                raise RuntimeError(f"{directory}: embedding loader gave row {item['row']}, "
+                                   f"expected {len(keys)}")
+            keys.append(item["key"])
+            hashes.append(item["hash"])
+            valid.append(item["error"] is None)
+            if item["error"] is None:
+                pending.append((item["row"], item["image"]))
+            else:
+                log.warning("not embedded: %s", item["error"])
+                bar.update(1)
             if len(pending) >= batch_size:
                 flush()
-    flush()
+        flush()
     if table is None:
         raise ValueError(f"{directory}: no decodable image to embed")
     for row in np.flatnonzero(~np.array(valid, bool)):
@@ -151,11 +181,12 @@ class BlasFlatIP:
     Same answers as `faiss.IndexFlatIP` (same float32 products, same heap selection), but the
     products run in numpy's OpenBLAS, which has kernels for this CPU; the OpenBLAS bundled in
     the faiss-cpu wheel measured 2-4x slower here (see docs/images.md). Database blocks of
-    `block` rows bound the temporary [queries x block] score matrix.
+    `block` rows bound the temporary [queries x block] score matrix. `self_join` answers all
+    stored rows at once for half the products (`self_join_topk`, blocks of `join_block`).
     """
 
-    def __init__(self, d: int, capacity: int, block: int = 16_384):
-        self.d, self.block, self.ntotal = d, block, 0
+    def __init__(self, d: int, capacity: int, block: int = 16_384, join_block: int = 2048):
+        self.d, self.block, self.join_block, self.ntotal = d, block, join_block, 0
         self._xb = np.empty((capacity, d), np.float32)
 
     def add(self, x: np.ndarray) -> None:
@@ -176,6 +207,123 @@ class BlasFlatIP:
             heaps.addn(block.shape[1], faiss.swig_ptr(block), start, 0, -1)
         heaps.reorder()
         return scores, ids
+
+    def self_join(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top k of every stored row against all stored rows (itself included): `self_join_topk`."""
+        return self_join_topk(self._xb[:self.ntotal], k, self.join_block)
+
+
+_SIGN = np.uint32(0x80000000)
+_LOW = np.uint64(0xFFFFFFFF)
+
+
+def _rank_keys(scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """uint64 keys ordered like (score descending, id ascending): the float's bits made monotonic
+    in the high half, the complement of the id in the low half; 0 is below every key."""
+    bits = (np.asarray(scores, np.float32) + np.float32(0)).view(np.uint32)  # -0.0 -> +0.0
+    high = np.where(bits & _SIGN, ~bits, bits | _SIGN).astype(np.uint64)
+    return (high << np.uint64(32)) | (_LOW - np.asarray(ids).astype(np.uint64))
+
+
+def _ties_by_id(scores: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows re-ordered by (score descending, id ascending), empty slots (-1) last: faiss' heaps
+    list equal scores by descending id, the self-join and numpy's stable argsort ascending."""
+    keys = np.where(ids >= 0, _rank_keys(scores, np.maximum(ids, 0)), np.uint64(0))
+    order = np.argsort(keys, axis=1, kind="stable")[:, ::-1]
+    return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
+
+
+def _key_scores(keys: np.ndarray) -> np.ndarray:
+    high = (keys >> np.uint64(32)).astype(np.uint32)
+    return np.where(high & _SIGN, high & ~_SIGN, ~high).astype(np.uint32).view(np.float32)
+
+
+def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
+                   margin: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top k by inner product of every row of `xb` against all rows (itself included),
+    computing each pair's product once: (scores [N, k] best first, ids; -1 / -inf pad).
+
+    Blocks of `block` rows: for block pairs i <= j one product `X_i X_j^T` serves the rows of i
+    (its rows) and, when i < j, the rows of j (its columns), so the products cost half of the
+    full N x N. Selection keeps, per row, the k best (score, id) pairs as uint64 keys ordered
+    like (score descending, id ascending), so ties go to the smaller id whatever the block order
+    (as numpy's stable argsort of the scores). A product enters a row's candidates only if it
+    is >= the row's threshold: the k-th best kept so far, primed before the loop with the k-th
+    best against `probe` evenly spaced rows (less `margin` times the norms, as those products
+    are rounded in another shape), always a lower bound of the true k-th best, so nothing that
+    belongs is dropped. Diagonal block pairs go first, so every row's threshold is the k-th best
+    of its own block before the off-diagonal pairs. Selection is then one vectorised comparison
+    per block against, per row, the lower of its threshold and block j's lowest (what passes is
+    then split by the exact row and column thresholds), or two comparisons (rows', columns')
+    where more than `ONE_PASS_SHARE` of the block would pass; then a merge of the few that pass.
+    """
+    xb = np.ascontiguousarray(xb, np.float32)
+    n = len(xb)
+    k = min(k, n)
+    best = np.zeros((n, k), np.uint64)
+    thr = np.full(n, -np.inf, np.float32)
+    if k == 0:
+        return np.empty((n, 0), np.float32), np.empty((n, 0), np.int64)
+    sample = xb[::max(1, n // probe)][:probe]
+    if len(sample) >= k:  # the margin scales with the norms, as the rounding of a product does
+        reach = margin * float(np.linalg.norm(sample, axis=1).max())
+        for start in range(0, n, 8192):
+            chunk = xb[start:start + 8192]
+            part = chunk @ sample.T
+            thr[start:start + 8192] = (np.partition(part, len(sample) - k, axis=1)[:, len(sample) - k]
+                                       - reach * np.linalg.norm(chunk, axis=1))
+
+    def merge(rows: np.ndarray, keys: np.ndarray) -> None:
+        if not len(rows):
+            return
+        order = np.argsort(rows)  # any order within a row: the keys decide
+        rows, keys = rows[order], keys[order]
+        uniq, first, counts = np.unique(rows, return_index=True, return_counts=True)
+        width = k + int(counts.max())
+        pad = np.zeros((len(uniq), width), np.uint64)
+        pad[:, :k] = best[uniq]
+        pad[np.repeat(np.arange(len(uniq)), counts), k + np.arange(len(rows)) - np.repeat(first, counts)] = keys
+        top = np.partition(pad, width - k, axis=1)[:, width - k:]
+        best[uniq] = top
+        low = top.min(1)
+        full = uniq[low > 0]
+        thr[full] = np.maximum(thr[full], _key_scores(low[low > 0]))
+
+    def above(prod: np.ndarray, bound: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row, column) in `prod` of the products >= their `bound` (broadcast)."""
+        return np.divmod(np.flatnonzero(np.greater_equal(prod, bound, out=mask)), prod.shape[1])
+
+    side = min(n, block)
+    prod_buf, mask_buf = np.empty(side * side, np.float32), np.empty(side * side, bool)
+    starts = range(0, n, block)
+    pairs = [(i, i) for i in starts] + [(i, j) for i in starts for j in starts if j > i]
+    for i0, j0 in pairs:
+        xi, xj = xb[i0:i0 + block], xb[j0:j0 + block]
+        prod = np.matmul(xi, xj.T, out=prod_buf[:len(xi) * len(xj)].reshape(len(xi), len(xj)))
+        mask = mask_buf[:prod.size].reshape(prod.shape)
+        thr_i, thr_j = thr[i0:i0 + len(xi)], thr[j0:j0 + len(xj)]
+        if j0 == i0:
+            a, b = above(prod, thr_i[:, None], mask)
+            rows, ids, vals = a + i0, b + j0, prod[a, b]
+        else:  # one pass for both sides: a row's bound is the lower of its own and block j's
+            a, b = above(prod, np.minimum(thr_i, thr_j.min())[:, None], mask)
+            if len(a) > ONE_PASS_SHARE * prod.size:  # block j's lowest threshold lets too much in
+                a, b = above(prod, thr_i[:, None], mask)
+                a2, b2 = above(prod, thr_j[None, :], mask)
+                rows, ids = np.concatenate([a + i0, b2 + j0]), np.concatenate([b + j0, a2 + i0])
+                vals = np.concatenate([prod[a, b], prod[a2, b2]])
+            else:
+                v = prod[a, b]
+                by_i, by_j = v >= thr_i[a], v >= thr_j[b]  # the same products, seen from block j
+                rows = np.concatenate([a[by_i] + i0, b[by_j] + j0])
+                ids = np.concatenate([b[by_i] + j0, a[by_j] + i0])
+                vals = np.concatenate([v[by_i], v[by_j]])
+        merge(rows, _rank_keys(vals, ids))
+    best = np.sort(best, axis=1)[:, ::-1]
+    empty = best == 0
+    scores = np.where(empty, -np.inf, _key_scores(best)).astype(np.float32)
+    ids = np.where(empty, -1, (_LOW - (best & _LOW)).astype(np.int64))
+    return scores, ids
 
 
 def build_index(vectors: np.ndarray, rows: np.ndarray, method: str = "exact",
@@ -225,9 +373,12 @@ def _keep(query_ids, ids, scores, hashes, dup_threshold):
 
 
 def search(index: faiss.Index, vectors: np.ndarray, rows: np.ndarray, query_pos: np.ndarray, k: int,
-           hashes: np.ndarray, dup_threshold: float = DUP_THRESHOLD,
-           extra: int = 4) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k acceptable neighbours of `rows[query_pos]` as (positions in rows, scores); -1 pads."""
+           hashes: np.ndarray, dup_threshold: float = DUP_THRESHOLD, extra: int = EXTRA,
+           first: Optional[tuple[np.ndarray, np.ndarray]] = None) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k acceptable neighbours of `rows[query_pos]` as (positions in rows, scores); -1 pads.
+
+    `first`: the queries' top `k + 1 + extra` (scores, ids) already found (the self-join), used
+    in place of the first search; rows that need more are searched again with a larger K."""
     queries = np.ascontiguousarray(vectors[rows[query_pos]], np.float32)
     h = hashes[rows]
     out_ids = np.full((len(query_pos), k), -1, np.int64)
@@ -235,7 +386,11 @@ def search(index: faiss.Index, vectors: np.ndarray, rows: np.ndarray, query_pos:
     todo = np.arange(len(query_pos))
     ks = k + 1 + extra
     while len(todo):
-        scores, ids = index.search(queries[todo], min(ks, index.ntotal))
+        if first is not None:
+            scores, ids = first
+            first = None
+        else:
+            scores, ids = _ties_by_id(*index.search(queries[todo], min(ks, index.ntotal)))
         keep = _keep(query_pos[todo], ids, scores, h, dup_threshold)
         order = np.argsort(~keep, axis=1, kind="stable")[:, :k]
         got = np.take_along_axis(keep, order, 1)
@@ -264,9 +419,11 @@ def find_neighbours(emb: Embeddings, k: int = 3, method: str = "auto",
     t1 = time.perf_counter()
     ids = np.full((len(emb.keys), k), -1, np.int64)
     scores = np.zeros((len(emb.keys), k), np.float32)
+    joined = index.self_join(k + 1 + EXTRA) if method == "exact" else None
     for start, stop in _chunks(len(rows), query_chunk):
         pos = np.arange(start, stop)
-        found, sc = search(index, emb.vectors, rows, pos, k, emb.hashes, dup_threshold)
+        first = None if joined is None else (joined[0][start:stop], joined[1][start:stop])
+        found, sc = search(index, emb.vectors, rows, pos, k, emb.hashes, dup_threshold, first=first)
         ids[rows[pos]] = np.where(found >= 0, rows[np.maximum(found, 0)], -1)
         scores[rows[pos]] = sc
     stats = {"method": method, "k": k, "images": len(rows), "dup_threshold": dup_threshold,
@@ -366,11 +523,13 @@ def write_neighbours(src: str | Path, dst: str | Path, emb: Embeddings, ids: np.
 def run_knn(src: str | Path, dst: str | Path, scorer, k: int = 3, method: str = "auto",
             batch_size: int = 256, dtype: str = "float16", dup_threshold: float = DUP_THRESHOLD,
             factory: Optional[str] = None, nprobe: int = 16, work_dir: Optional[str | Path] = None,
-            max_count: int = 10_000, max_bytes: int = 1 << 30) -> dict:
-    """Embed `src`, search, write `dst` with nn.json and keys.tsv; returns the manifest."""
+            max_count: int = 10_000, max_bytes: int = 1 << 30, workers: Optional[int] = None,
+            progress: bool = False) -> dict:
+    """Embed `src` (`workers` loader processes, progress on stderr), search, write `dst` with
+    nn.json and keys.tsv; returns the manifest."""
     dst = Path(dst)
     work = Path(work_dir) if work_dir else dst / ".knn"
-    emb = embed_shard_set(src, scorer, work / "embeddings.npy", batch_size, dtype)
+    emb = embed_shard_set(src, scorer, work / "embeddings.npy", batch_size, dtype, workers, progress)
     ids, scores, stats = find_neighbours(emb, k, method, dup_threshold, factory=factory, nprobe=nprobe)
     stats.update(scorer=getattr(scorer, "name", "?"), embeddings=str(emb.path), not_embedded=emb.skipped)
     log.info("kNN: %s", stats)

@@ -78,6 +78,10 @@ class OpenClipScorer(Scorer):
             return model.encode_image(pixels)
         return self._encode(images, encode)
 
+    def encode_image_tensors(self, pixels: Tensor) -> Tensor:
+        """`encode_images` for images already through `preprocess` ([N, 3, H, W]): same batches."""
+        return self._encode(pixels, lambda model, chunk: model.encode_image(chunk.to(self.device)))
+
     @torch.no_grad()
     def _encode(self, items: Sequence, encode) -> Tensor:
         model = self._model()

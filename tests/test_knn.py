@@ -7,8 +7,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import faiss
+
+from datagen import knn
 from datagen.knn import (BlasFlatIP, Embeddings, brute_force, embed_shard_set, find_neighbours, image_hash,
-                         load_embeddings, measure_recall, run_knn, write_neighbours)
+                         load_embeddings, measure_recall, run_knn, self_join_topk, write_neighbours)
+from datagen.knn import _ties_by_id
 from datagen.schema import ShardSample
 from datagen.shards import KeyIndex, ShardSetWriter, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
 from eval.scorer import OpenClipScorer
@@ -28,7 +32,7 @@ def unit(rng, n, d):
 
 @pytest.mark.parametrize("k, method", [(1, "exact"), (3, "exact"), (7, "exact"), (3, "flat")])
 def test_exact_matches_numpy_brute_force(k, method, monkeypatch):
-    monkeypatch.setattr(BlasFlatIP.__init__, "__defaults__", (100,))  # many database blocks
+    monkeypatch.setattr(BlasFlatIP.__init__, "__defaults__", (100, 96))  # many blocks, both paths
     vecs = unit(np.random.default_rng(k), 700, 24)
     ids, scores, stats = find_neighbours(table(vecs), k=k, method=method, query_chunk=128)
     ref_ids, ref_scores = brute_force(vecs, k)
@@ -36,6 +40,68 @@ def test_exact_matches_numpy_brute_force(k, method, monkeypatch):
     np.testing.assert_array_equal(ids, ref_ids)
     np.testing.assert_allclose(scores, ref_scores, atol=1e-5)
     assert (ids != np.arange(700)[:, None]).all()  # never itself
+
+
+def tied_vectors(rng, n, d):
+    """Small integers: every product is exact in float32 whatever the summation order, so equal
+    products are equal bit for bit and ties are real; plus repeated rows."""
+    x = rng.integers(-3, 4, (n, d)).astype(np.float32)
+    x[n // 2: n // 2 + 7] = x[min(1, n - 1)]
+    return x
+
+
+@pytest.mark.parametrize("n", [1, 9, 63, 64, 65, 200, 517])
+@pytest.mark.parametrize("data", ["unit", "ties"])
+def test_self_join_equals_the_full_search(n, data):
+    rng = np.random.default_rng(n)
+    x = unit(rng, n, 16) if data == "unit" else tied_vectors(rng, n, 10)
+    if data == "unit" and n > 20:
+        x[10:14] = x[3]  # exact duplicates
+    k = 8
+    scores, ids = self_join_topk(x, k, block=64, probe=16)
+    flat = faiss.IndexFlatIP(x.shape[1])
+    flat.add(x)
+    ref_scores, ref_ids = _ties_by_id(*flat.search(x, min(k + 1, n)))
+    np.testing.assert_allclose(scores, ref_scores[:, :k], atol=1e-5)
+    # faiss keeps no fixed one of the ids tied across its k-th place, and rounds a duplicate's
+    # product its own way; compare ids where neither matters (with exact products: most rows)
+    if data == "ties":
+        clear = np.ones(n, bool) if n <= k else ref_scores[:, k - 1] > ref_scores[:, k]
+    else:
+        clear = (np.abs(np.diff(ref_scores, axis=1)) > 1e-5).all(1)
+    ref_ids = ref_ids[:, :k]
+    assert clear.mean() > 0.3
+    np.testing.assert_array_equal(ids[clear], ref_ids[clear])
+    sims = x.astype(np.float64) @ x.T.astype(np.float64)
+    np.testing.assert_array_equal(ids, np.argsort(-sims, axis=1, kind="stable")[:, :k])
+    if data == "ties" and n > 20:
+        assert (np.diff(scores, axis=1) == 0).any()  # the ties are there to break
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])  # always two comparison passes / always one
+def test_self_join_block_size_does_not_change_the_answer(share, monkeypatch):
+    monkeypatch.setattr(knn, "ONE_PASS_SHARE", share)
+    x = tied_vectors(np.random.default_rng(7), 300, 5)
+    answers = [self_join_topk(x, 6, block=b, probe=p) for b, p in [(300, 256), (7, 3), (64, 300), (1000, 1)]]
+    np.testing.assert_array_equal(answers[0][1], np.argsort(-(x.astype(np.float64) @ x.T), axis=1,
+                                                            kind="stable")[:, :6])
+    for scores, ids in answers[1:]:
+        np.testing.assert_array_equal(ids, answers[0][1])
+        np.testing.assert_array_equal(scores, answers[0][0])
+
+
+@pytest.mark.parametrize("n", [130, 257])
+def test_exact_neighbours_with_ties_equal_brute_force(n, monkeypatch):
+    monkeypatch.setattr(BlasFlatIP.__init__, "__defaults__", (50, 64))
+    x = tied_vectors(np.random.default_rng(n), n, 6)
+    hashes = np.arange(n, dtype=np.int64)
+    hashes[5] = hashes[6]
+    hashes[n // 2: n // 2 + 7] = hashes[1]  # 8 byte-identical copies: row 1 needs the wider search
+    ids, scores, _ = find_neighbours(table(x, hashes), k=3, method="exact", dup_threshold=30.0)
+    ref_ids, ref_scores = brute_force(x, 3, hashes, dup_threshold=30.0)
+    np.testing.assert_array_equal(ids, ref_ids)  # ties to the smaller id, retries included
+    np.testing.assert_allclose(scores, ref_scores)
+    assert (ref_scores[:, 1:] == ref_scores[:, :-1]).any(1).mean() > 0.3
 
 
 def test_duplicates_by_bytes_and_by_similarity_are_excluded():
@@ -169,6 +235,33 @@ def test_embeddings_match_the_scorer_and_are_reused(image_set, tmp_path, micro_m
     stamp = (tmp_path / "e.npy").stat().st_mtime_ns
     embed_shard_set(image_set, scorer, tmp_path / "e.npy")
     assert (tmp_path / "e.npy").stat().st_mtime_ns == stamp
+
+
+def test_loader_workers_give_identical_embeddings(image_set, tmp_path, micro_model, capsys):
+    scorer = OpenClipScorer.from_loaded(micro_model, batch_size=4)
+    files = {}
+    for workers in (0, 2, 3):
+        out = tmp_path / f"w{workers}.npy"
+        emb = embed_shard_set(image_set, scorer, out, batch_size=5, dtype="float32", workers=workers,
+                              progress=True)
+        files[workers] = (out.read_bytes(), out.with_suffix(".json").read_text())
+        assert emb.skipped == 1 and not emb.valid[9] and not emb.vectors[9].any()
+    assert files[2] == files[0] and files[3] == files[0]  # same rows, order, invalid marks, bytes
+    assert "knn embed" in capsys.readouterr().err  # progress on stderr
+    pil = embed_shard_set(image_set, PilOnly(scorer), tmp_path / "pil.npy", batch_size=5,
+                          dtype="float32", workers=2)  # a scorer without tensor input: PIL images
+    assert pil.path.read_bytes() == files[0][0]
+
+
+class PilOnly:
+    """A scorer that only takes PIL images."""
+
+    def __init__(self, scorer):
+        self.name, self._scorer = scorer.name, scorer
+
+    def encode_images(self, images):
+        assert all(isinstance(im, Image.Image) for im in images)
+        return self._scorer.encode_images(images)
 
 
 def test_neighbour_rewrite_resumes_byte_identical(image_set, tmp_path):

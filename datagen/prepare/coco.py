@@ -91,12 +91,8 @@ def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
     from datagen.knn import run_knn
     total = sum(s["samples"] for s in read_manifest(stage1)["shards"])
     _say(progress, f"prepare coco: {knn} nearest neighbours of {total} images -> {out_dir}")
-    scorer = _ProgressScorer(scorer_factory(), total, progress)
-    try:
-        manifest = run_knn(stage1, out_dir, scorer, k=knn, max_count=shard_size,
-                           **(knn_options or {}))
-    finally:
-        scorer.close()
+    manifest = run_knn(stage1, out_dir, scorer_factory(), k=knn, max_count=shard_size,
+                       progress=progress, **(knn_options or {}))
     _say(progress, f"prepare coco: done; {out_dir} is complete" + (
         "" if base else f" (the stage-1 set {stage1} may be deleted)"))
     return manifest
@@ -133,28 +129,3 @@ def _report(enabled: bool, directory: Path, manifest: dict) -> None:
             skipped[reason] = skipped.get(reason, 0) + count
     samples = sum(s["samples"] for s in manifest["shards"])
     _say(enabled, f"prepare coco: {directory}: {samples} samples, skipped {skipped or 'none'}")
-
-
-class _ProgressScorer:
-    """Forwards to a scorer, ticking a progress bar (stderr) per embedded image."""
-
-    def __init__(self, scorer, total: int, enabled: bool):
-        self._scorer = scorer
-        self.name = getattr(scorer, "name", "?")  # embed_shard_set keys its cache on it
-        self._bar = None
-        if enabled:
-            from tqdm import tqdm
-            self._bar = tqdm(total=total, unit="img", unit_scale=True, desc="knn embed")
-
-    def encode_images(self, images):
-        out = self._scorer.encode_images(images)
-        if self._bar is not None:
-            self._bar.update(len(images))
-        return out
-
-    def __getattr__(self, item):
-        return getattr(self._scorer, item)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
