@@ -161,3 +161,10 @@ def test_the_real_eval_check_lists_every_missing_benchmark(recipe, tmp_path, cap
     err = capsys.readouterr().err
     assert all(name in err for name in ("visla", "sugarcrepe", "aro")) and "python -m eval download" in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_exact_sampling_of_bare_tars_is_refused_before_any_model_loads(recipe, shards, capsys, monkeypatch):
+    monkeypatch.setattr("trainer.train.load_model", lambda *a, **k: pytest.fail("no model may load"))
+    assert run([recipe, f'data.train_shards=["{shards}/shard-{{000000..000004}}.tar"]']) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "need a shard-set folder" in err

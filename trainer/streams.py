@@ -13,6 +13,7 @@ transform, the same at every epoch, read in the main process.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Optional
 
 from trainer.compose import Composer
@@ -23,11 +24,16 @@ from trainer.sample_index import SampleIndex
 from trainer.transforms import split_normalize
 
 
-def load_indexes(sources: list[Source], key: str, progress: bool) -> list[SampleIndex]:
+def require_folders(sources: list[Source], key: str) -> None:
+    """Exact sampling and validation read samples by position: every source must be a shard-set folder."""
     for i, src in enumerate(sources):
-        if src.directory is None:
+        if src.directory is None or not Path(src.entry).is_dir():  # a list of tars is not a whole set
             raise DataError(f"{key}[{i}] '{src.entry}': exact sampling and validation read samples by "
                             f"position and need a shard-set folder (with manifest.json), not a list of tars")
+
+
+def load_indexes(sources: list[Source], key: str, progress: bool) -> list[SampleIndex]:
+    require_folders(sources, key)
     return [SampleIndex.load(src.directory, progress) for src in sources]
 
 

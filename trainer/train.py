@@ -392,6 +392,10 @@ def preflight(recipe: Recipe):
     sources = resolve_sources(d.train_shards)
     check_features(sources, d.partner, recipe.negatives.per_image, mixed=d.source_batch is not None)
     val_sources = resolve_sources(d.val_shards, "data.val_shards") if d.val_shards else None
+    if d.sampling == "exact" or d.val_fraction:
+        streams.require_folders(sources, "data.train_shards")
+    if val_sources:
+        streams.require_folders(val_sources, "data.val_shards")
     evaluation.check_available(recipe.eval)
     evaluation.check_data(recipe.eval)
     overlap = evaluation.overlap_with_benchmarks(recipe.eval, sources)
