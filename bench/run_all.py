@@ -1,7 +1,7 @@
 """Run every benchmark and write bench/RESULTS.md: the one command.
 
-    .venv/bin/python bench/run_all.py            # full run (well under 25 min on a quiet 2-core box)
-    .venv/bin/python bench/run_all.py --quick    # smoke check (~3 min): small sizes, few repetitions
+    .venv/bin/python bench/run_all.py            # full run (~40 min on a quiet 2-core box)
+    .venv/bin/python bench/run_all.py --quick    # smoke check (~6 min): small sizes, few repetitions
     .venv/bin/python bench/run_all.py --report-only   # re-render RESULTS.md from the JSON files
 
 Each bench script runs as a subprocess (one after the other, never two at once: they would

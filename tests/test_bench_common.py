@@ -175,3 +175,39 @@ def test_attention_flops_match_counted_attention_matmuls():
     assert counter.get_total_flops() == attention_flops(width, 1, length)
     assert expected_batch_max([5] * 10, 8) == 5
     assert expected_batch_max(list(range(1, 40)), 64) > expected_batch_max(list(range(1, 40)), 4)
+
+
+# --- run_all's report sections for issue 18 (synthetic numbers: rendering only) -----------------
+
+def _stat(x):
+    return summarize([x])
+
+
+def test_report_today_vs_old_states_the_goal_from_the_paired_ratio():
+    from bench.run_all import section_today_vs_old
+    for ratio, status in ((1.5, "**met**"), (1.2, "**missed**")):
+        r = {"old_commit": "43bb405", "batch_per_process": 32, "steps": 32, "workers_per_process": 1, "reps": 1,
+             "today_vs_old": {"negclip": {"label": "NegCLIP-style", "today": _stat(30 * ratio), "old": _stat(30),
+                                          "today_over_old": _stat(ratio), "old_over_new_flops": 1.8,
+                                          "goal_met": ratio >= 1.4}},
+             "hard_negatives": {"negclip": {"cost_over_flop_ratio": 0.9}, "old_code": {}}}
+        goals, notes = [], []
+        text = section_today_vs_old(r, goals, notes)
+        assert "43bb405" in text and "NegCLIP-style" in text
+        assert goals[0][-1] == status and bool(notes) == (status == "**missed**")
+    goals = []
+    assert "Not run" in section_today_vs_old(None, goals, [])
+    assert goals[0][2] == "not run"
+
+
+def test_report_loader_reads_the_negclip_draft_uint8_row():
+    from bench.run_all import section_loader
+    row = {"label": "NegCLIP-style", "images_per_anchor": 2.0, "jpeg_draft": True, "output": "uint8",
+           "cpu_anchors_per_s": _stat(100.0), "loader_anchors_per_s": _stat(80.0)}
+    r = {"rows": {"negclip/draft/uint8": row, "negclip/full/float": {**row, "jpeg_draft": False, "output": "float"}},
+         "goal_met": False, "jpeg": {"distinct": 4, "size": [640, 480], "quality": 90, "kb": _stat(130.0)},
+         "arch_transform": "ViT-B-32", "batch": 32, "batches": 2, "warmup_batches": 1, "reps": 1}
+    goals, notes = [], []
+    text = section_loader(r, goals, notes)
+    assert text.count("| NegCLIP-style |") == 2
+    assert goals[0][-1] == "**missed**" and "100" in goals[0][2] and notes
