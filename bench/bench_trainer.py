@@ -1,15 +1,32 @@
-"""Trainer throughput: the cost of hard-negative batches against their FLOPs, and 1 vs 2 processes.
+"""Trainer throughput: today's code against the code before issue 18 (same run), the cost of
+hard-negative batches against their FLOPs, and 1 vs 2 processes.
 
     .venv/bin/python bench/bench_trainer.py [--steps 32] [--reps 3] [--quick]
     .venv/bin/python bench/bench_trainer.py --gpu      # GPU machine: only the ViT-B-32 NegCLIP-batch run
 
+Captions are real COCO captions (bench.common.coco_captions: SugarCrepe's `caption` fields, with
+their `negative_caption` as hard negatives), so text lengths follow COCO's distribution (mean
+~14 tokens with start/end, 77 context); images stay the 32 px fixture scenes.
+
 Parts:
-- `flops`: forward FLOPs of one image and one text through `tiny-vit-64`
-  (`torch.utils.flop_counter.FlopCounterMode`), and from them the encoder-FLOP ratio of each
-  batch shape per anchor: plain B x B = 1 image + 1 text; TROHN-Text B x 2B = 1 + 2;
-  TROHN-Img 2B x 2B = 2 + 2; NegCLIP-style 2B x 4B = 2 + 4. Forward + backward is ~3x forward
-  for images and texts alike, so the forward ratio is the training ratio; the whole train
-  step's FLOPs (model + loss, forward + backward) are counted too, as a check.
+- `flops`: forward FLOPs of one image and one text through `tiny-vit-64`: the matmuls counted by
+  `torch.utils.flop_counter.FlopCounterMode` plus attention's sequence-length-dependent part
+  (QK^T and AV: 4 L^2 d per layer, which the counter misses on CPU's fused attention), the text at
+  the length it is encoded at: the full 77-token context for the old code, and for today's code
+  the expected longest caption of a batch of that shape's texts (`models.text_length` trims each
+  batch to it; expectation over random batches of the COCO captions). From them the
+  encoder-FLOP ratio of each batch shape per anchor: plain B x B = 1 image + 1 text; TROHN-Text
+  B x 2B = 1 + 2; TROHN-Img 2B x 2B = 2 + 2; NegCLIP-style 2B x 4B = 2 + 4; left-right (the
+  recipe's 480 + 32 stitched pairs with mirrored partners, scaled to 30 + 2 of 32) 34 x 34 =
+  1.0625 + 1.0625. Forward + backward is ~3x forward for images and texts alike, so the forward
+  ratio is the training ratio; the whole train step's FLOPs (model + loss, forward + backward,
+  attention added analytically) are counted too, as a check.
+- `old_vs_new`: each layout run whole by today's `trainer/train.py` and by the one of commit
+  `--old-commit` (43bb405, before issue 18's changes: full-context text, float images from the
+  workers, per-epoch loader workers), written to a temporary folder with `git archive` and run
+  with its own code first on sys.path and the same venv; the same recipe and shards; runs
+  interleaved with today's. Ratio = today's / old anchors/s per repetition (goal for NegCLIP-style:
+  >= 1.4x).
 - `step_only`: forward + backward + the trainer's AdamW (`trainer.optim.build_optimizer`) in
   this process on random tensors of each shape (no data loading), shapes interleaved,
   `--step-rounds` rounds: the compute-only cost.
@@ -22,7 +39,7 @@ Parts:
   (written right after a step every `--log-every` steps) between the first log at or after
   `--warmup` steps and the last one (bench.common.steady_rate), as bench_vs_open_clip.py does.
   Cost of a shape = plain samples/s / its samples/s (paired by repetition); goal: cost within
-  1.1x of its FLOP ratio (cost / FLOP ratio <= 1.1).
+  1.1x of its FLOP ratio (cost / FLOP ratio <= 1.1), for each code version against its own FLOPs.
 - scaling: `plain_2proc` (2 processes, 1 thread each) against `plain_1proc` (1 thread) and
   `plain_1proc_2thr` (1 process, 2 threads: the same cores); and the same 1 vs 2 processes
   step-only (torchrun, DDP over gloo, random tensors, `--ddp-rounds`) with the time of one
@@ -45,32 +62,36 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 if sys.path and Path(sys.path[0]).resolve() == ROOT / "bench":
     sys.path.pop(0)
 sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS_DIR, gpu_name, log, ratio_stat, steady_rate, summarize, tb_scalars, write_result  # noqa: E402
+from bench.common import (RESULTS_DIR, coco_captions, export_commit, gpu_name, log, ratio_stat,  # noqa: E402
+                          steady_rate, summarize, tb_scalars, token_lengths, write_caption_shards,
+                          write_result)
 
 ARCH = "tiny-vit-64"
-# shape -> (partner, negatives per image, images per anchor, texts per anchor, label)
+OLD_COMMIT = "43bb405"  # the code before issue 18's speed changes
+LEFTRIGHT_SOURCES = (30, 2)  # the left-right recipe's 448 + 32 of 480, scaled to a batch of 32
+# shape -> (partner, negatives per image, images per anchor, texts per anchor, label), at batch 32
 SHAPES = {
     "plain": ("none", 0, 1, 1, "plain CLIP, B x B"),
     "trohn_text": ("none", 1, 1, 2, "TROHN-Text, B x 2B"),
     "trohn_img": ("generated", 0, 2, 2, "TROHN-Img, 2B x 2B"),
     "negclip": ("neighbour", 2, 2, 4, "NegCLIP-style, 2B x 4B"),
+    "leftright": ("mirrored", 0, 34 / 32, 34 / 32, "left-right, (B + P) x (B + P), B = 30 + 2 stitched, P = 2"),
 }
-# case -> (shape, processes, threads per process)
+# case -> (shape, processes, threads per process, code: "new" = this tree, "old" = OLD_COMMIT)
 CASES = {
-    "plain_1proc": ("plain", 1, 1),
-    "trohn_text_1proc": ("trohn_text", 1, 1),
-    "trohn_img_1proc": ("trohn_img", 1, 1),
-    "negclip_1proc": ("negclip", 1, 1),
-    "plain_2proc": ("plain", 2, 1),
-    "plain_1proc_2thr": ("plain", 1, 2),
+    **{f"{shape}_1proc": (shape, 1, 1, "new") for shape in SHAPES},
+    **{f"{shape}_old": (shape, 1, 1, "old") for shape in SHAPES},
+    "plain_2proc": ("plain", 2, 1, "new"),
+    "plain_1proc_2thr": ("plain", 1, 2, "new"),
 }
-QUICK_CASES = ["plain_1proc", "negclip_1proc", "plain_2proc"]
+QUICK_CASES = ["plain_1proc", "plain_old", "negclip_1proc", "negclip_old"]
 GPU_COMMAND = (".venv/bin/python bench/bench_trainer.py --gpu && .venv/bin/python bench/run_all.py --report-only"
                "   # or the whole .venv/bin/python bench/run_all.py: with CUDA visible it includes this run")
 GPU_GOAL = 1300.0
@@ -80,8 +101,8 @@ name: bench
 seed: 0
 precision: {precision}
 model: {{arch: {arch}}}
-data: {{train_shards: ["{shards}"], samples_per_epoch: {samples}, batch_size: {batch}, workers: {workers},
-        shuffle_buffer: 256, partner: {partner}}}
+data: {{train_shards: {shards}, samples_per_epoch: {samples}, batch_size: {batch}, workers: {workers},
+        shuffle_buffer: 256, partner: {partner}{source_batch}}}
 negatives: {{per_image: {negs}}}
 optim: {{lr: 1.0e-4}}
 schedule: {{epochs: 1}}
@@ -92,59 +113,114 @@ checkpoint: {{keep_last: 1}}
 
 # --- FLOPs and compute-only -------------------------------------------------------------------
 
+def attention_flops(width: int, layers: int, length: int) -> int:
+    """Forward FLOPs of attention's sequence-length-dependent matmuls (QK^T and AV, 2 per
+    multiply-add): 4 L^2 d per layer. FlopCounterMode misses them on CPU (fused attention)."""
+    return 4 * length * length * width * layers
+
+
+def expected_batch_max(lengths: list[int], texts: int, draws: int = 400, seed: int = 0) -> float:
+    """Expected longest of `texts` token lengths drawn at random: the length a trimmed batch of
+    that many texts is encoded at."""
+    import random
+    rng = random.Random(seed)
+    return sum(max(rng.choices(lengths, k=texts)) for _ in range(draws)) / draws
+
+
 def encoder_flops(arch: str = ARCH, batch: int = 32) -> dict:
-    """Forward FLOPs of one image and one text, FLOP ratios per anchor of each shape, and the
-    counted FLOPs of a whole train step (forward + backward, model + loss) per shape."""
+    """Forward FLOPs of one image and one text (matmuls counted + attention added), the text at
+    the full context (old code) and at each shape's expected trimmed length (today's code); the
+    FLOP ratio per anchor of each shape for both; and the FLOPs of a whole train step per shape."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
     from models import load_model
-    from trainer.batch import Batch
     from trainer.loss import ContrastiveLoss, Layout
-    model = load_model(arch).model
+    loaded = load_model(arch)
+    model = loaded.model
     size = model.visual.image_size
     size = size[0] if isinstance(size, (tuple, list)) else size
     ctx = model.context_length
+    patch = model.visual.conv1.kernel_size[0]
+    img_tokens = (size // patch) ** 2 + 1
+    v_width, v_layers = model.visual.transformer.width, model.visual.transformer.layers
+    t_width, t_layers = model.transformer.width, model.transformer.layers
+    pairs = coco_captions()
+    lengths = token_lengths([t for pair in pairs for t in pair], loaded.tokenizer)
 
     def count(fn) -> int:
         with FlopCounterMode(display=False) as counter:
             fn()
         return counter.get_total_flops()
+
+    def text_flops(length: int) -> int:
+        tokens = torch.zeros(1, ctx, dtype=torch.long)
+        tokens[0, :length] = 1000
+        tokens[0, length - 1] = 49407  # end of text: the argmax the trimmed tower pools at
+        with torch.no_grad():
+            return count(lambda: model.encode_text(tokens)) + attention_flops(t_width, t_layers, length)
     with torch.no_grad():
-        f_img = count(lambda: model.encode_image(torch.randn(1, 3, size, size)))
-        f_txt = count(lambda: model.encode_text(torch.randint(1, 49000, (1, ctx))))
+        f_img = count(lambda: model.encode_image(torch.randn(1, 3, size, size))) + \
+            attention_flops(v_width, v_layers, img_tokens)
+    trims = loaded.text_length == "per batch"  # today's code; the old one always used the full context
+    old_txt = text_flops(ctx)
     loss_fn = ContrastiveLoss()
     shapes, step = {}, {}
     for name, (_, _, n_img, n_txt, label) in SHAPES.items():
-        per_anchor = n_img * f_img + n_txt * f_txt
+        texts_in_batch = round(n_txt * batch)
+        trimmed = expected_batch_max(lengths, texts_in_batch)
+        lo, hi = int(trimmed), min(ctx, int(trimmed) + 1)  # interpolate between integer lengths
+        f_new = text_flops(lo) + (trimmed - lo) * (text_flops(hi) - text_flops(lo)) if trims else old_txt
         shapes[name] = {"label": label, "images_per_anchor": n_img, "texts_per_anchor": n_txt,
-                        "forward_flops_per_anchor": per_anchor}
-        b = _random_batch(batch, n_img, n_txt, size, ctx)
+                        "texts_per_batch": texts_in_batch, "expected_text_length": round(trimmed, 2),
+                        "forward_flops_per_anchor": int(n_img * f_img + n_txt * f_new),
+                        "old_forward_flops_per_anchor": int(n_img * f_img + n_txt * old_txt)}
+        b = _random_batch(batch, n_img, n_txt, size, ctx, loaded.tokenizer, pairs)
+        length = int((b.texts != 0).sum(1).max()) if trims else b.texts.shape[1]
+        attn = 3 * (b.images.shape[0] * attention_flops(v_width, v_layers, img_tokens)
+                    + b.texts.shape[0] * attention_flops(t_width, t_layers, length))
 
         def train_step():
             img, txt, scale = model(b.images, b.texts)
             loss_fn(img, txt, scale, Layout.from_batch(b)).backward()
-        step[name] = count(train_step) / batch
+        step[name] = (count(train_step) + attn) / batch
         model.zero_grad(set_to_none=True)
-    plain = shapes["plain"]["forward_flops_per_anchor"]
+    plain, old_plain = shapes["plain"]["forward_flops_per_anchor"], shapes["plain"]["old_forward_flops_per_anchor"]
     for name, s in shapes.items():
         s["flop_ratio"] = round(s["forward_flops_per_anchor"] / plain, 4)
+        s["old_flop_ratio"] = round(s["old_forward_flops_per_anchor"] / old_plain, 4)
+        s["old_over_new_flops"] = round(s["old_forward_flops_per_anchor"] / s["forward_flops_per_anchor"], 3)
         s["train_step_flops_per_anchor"] = int(step[name])
         s["train_step_flop_ratio"] = round(step[name] / step["plain"], 4)
         s["train_step_over_forward"] = round(step[name] / s["forward_flops_per_anchor"], 3)
-    return {"arch": arch, "image_forward_flops": f_img, "text_forward_flops": f_txt,
-            "text_over_image": round(f_txt / f_img, 3), "batch_for_step_count": batch, "shapes": shapes,
-            "note": "FlopCounterMode counts matmul/conv FLOPs (2 per multiply-add); the loss's "
-                    "logit matrix is in the train-step count, not in the encoder ratio"}
+    return {"arch": arch, "image_forward_flops": f_img, "image_tokens": img_tokens,
+            "text_forward_flops_full_context": old_txt, "context_length": ctx,
+            "text_length_today": loaded.text_length,
+            "caption_tokens": {"mean": round(sum(lengths) / len(lengths), 2), "max": max(lengths),
+                               "texts": len(lengths)},
+            "batch_for_step_count": batch, "shapes": shapes,
+            "note": "FlopCounterMode counts matmul/conv FLOPs (2 per multiply-add); attention's "
+                    "QK^T and AV (4 L^2 d per layer forward, x3 for forward + backward) are added "
+                    "analytically; texts at the full context (old code) or at the expected longest "
+                    "caption of a batch (today's trimmed text); the loss's logit matrix is in the "
+                    "train-step count, not in the encoder ratio"}
 
 
-def _random_batch(batch: int, n_img: int, n_txt: int, size: int, ctx: int):
+def _random_batch(batch: int, n_img: float, n_txt: float, size: int, ctx: int, tokenizer=None, pairs=None):
+    """Random images and texts in a shape's layout: partners of the first `p` anchors, hard
+    negatives owned round-robin by the anchors. Texts: tokenised COCO captions when `pairs` are
+    given (their real lengths, so trimming acts as in training), else random full-context ids."""
     import torch
     from trainer.batch import Batch
-    p = batch if n_img == 2 else 0
-    h = batch * (n_txt - 1 - (1 if p else 0))
-    return Batch(torch.randn(batch + p, 3, size, size), torch.randint(1, 49000, (batch + p + h, ctx)), batch,
+    p = round((n_img - 1) * batch)
+    h = round(n_txt * batch) - batch - p
+    n_texts = batch + p + h
+    if pairs:
+        texts = tokenizer([pairs[i % len(pairs)][i // len(pairs) % 2] for i in range(n_texts)])
+    else:
+        texts = torch.randint(1, 49000, (n_texts, ctx))
+    return Batch(torch.randn(batch + p, 3, size, size), texts, batch,
                  torch.arange(p), torch.arange(batch).repeat_interleave(h // batch if batch else 0),
-                 torch.ones(batch + p + h, dtype=torch.bool)).check()
+                 torch.ones(n_texts, dtype=torch.bool)).check()
 
 
 def trainer_optimizer(model):
@@ -161,12 +237,13 @@ def step_only(rounds: int, steps: int, batch: int, threads: int) -> dict:
     from models import load_model
     from trainer.loss import ContrastiveLoss, Layout
     torch.set_num_threads(threads)
-    model = load_model(ARCH).model
+    loaded = load_model(ARCH)
+    model, pairs = loaded.model, coco_captions()
     size = model.visual.image_size
     size = size[0] if isinstance(size, (tuple, list)) else size
     loss_fn = ContrastiveLoss()
     opt = trainer_optimizer(model)
-    batches = {name: _random_batch(batch, n_img, n_txt, size, model.context_length)
+    batches = {name: _random_batch(batch, n_img, n_txt, size, model.context_length, loaded.tokenizer, pairs)
                for name, (_, _, n_img, n_txt, _) in SHAPES.items()}
     rates: dict[str, list[float]] = {k: [] for k in SHAPES}
     for r in range(rounds + 1):  # round 0: warm-up, not kept
@@ -196,10 +273,11 @@ def ddp_step_worker(steps: int, batch: int) -> None:
     from trainer.loss import ContrastiveLoss, Layout
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    model = load_model(ARCH).model
+    loaded = load_model(ARCH)
+    model = loaded.model
     size = model.visual.image_size
     size = size[0] if isinstance(size, (tuple, list)) else size
-    b = _random_batch(batch, 1, 1, size, model.context_length)
+    b = _random_batch(batch, 1, 1, size, model.context_length, loaded.tokenizer, coco_captions())
     numel = sum(p.numel() for p in model.parameters())
     ddp = DistributedDataParallel(model) if dist.get_world_size() > 1 else model
     loss_fn, opt = ContrastiveLoss(), trainer_optimizer(model)
@@ -264,9 +342,11 @@ def compose_cost(sets: dict, batch: int, reps: int) -> dict:
     from trainer.data import ShardStream, resolve_sources
     torch.set_num_threads(1)
     loaded = load_model(ARCH)
-    out: dict[str, list[float]] = {name: [] for name in SHAPES}
+    shapes = [name for name in SHAPES if name != "leftright"]  # a mix of two sources: whole runs only
+    out: dict[str, list[float]] = {name: [] for name in shapes}
     for _ in range(reps):
-        for name, (partner, negs, *_rest) in SHAPES.items():
+        for name in shapes:
+            partner, negs = SHAPES[name][:2]
             composer = Composer(loaded.preprocess_train, loaded.tokenizer, batch, partner, None, negs)
             stream = ShardStream(resolve_sources([str(sets[partner])]), None, composer, 0, 0, 1, 1000, 1,
                                  256, 0.01)
@@ -300,19 +380,35 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_case(name: str, rep: int, tmp: Path, sets: dict, args, env: dict) -> dict:
-    """One whole CPU run (CUDA hidden, so a GPU machine measures the same thing)."""
-    shape, procs, threads = CASES[name]
+def shape_data(shape: str, sets: dict, batch: int) -> tuple[str, str]:
+    """The recipe's train_shards list and source_batch line of a shape: left-right mixes the plain
+    set with the mirrored one, P stitched anchors per batch as the recipe's 32 of 480."""
+    partner = SHAPES[shape][0]
+    if shape != "leftright":
+        return json.dumps([str(sets[partner])]), ""
+    stitched = max(1, round(batch * LEFTRIGHT_SOURCES[1] / sum(LEFTRIGHT_SOURCES)))
+    return json.dumps([str(sets["none"]), str(sets["mirrored"])]), f", source_batch: [{batch - stitched}, {stitched}]"
+
+
+def run_case(name: str, rep: int, tmp: Path, sets: dict, args, env: dict, old_root: Optional[Path] = None) -> dict:
+    """One whole CPU run (CUDA hidden, so a GPU machine measures the same thing); code "old" runs
+    the `trainer/train.py` of `old_root` with its own code first on sys.path."""
+    shape, procs, threads, code = CASES[name]
     partner, negs = SHAPES[shape][:2]
+    shards, source_batch = shape_data(shape, sets, args.batch)
     out = tmp / f"{name}-{rep}"
     recipe = tmp / f"{name}-{rep}.yaml"
-    recipe.write_text(RECIPE.format(precision="fp32", arch=ARCH, shards=sets[partner],
+    recipe.write_text(RECIPE.format(precision="fp32", arch=ARCH, shards=shards, source_batch=source_batch,
                                     samples=args.steps * args.batch * procs, batch=args.batch,
                                     workers=args.workers, partner=partner, negs=negs, out=out,
                                     log_every=args.log_every))
     run_env = dict(env, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), CUDA_VISIBLE_DEVICES="")
+    cwd = ROOT
+    if code == "old":
+        cwd = old_root
+        run_env["PYTHONPATH"] = str(old_root)
     start = time.perf_counter()
-    proc = subprocess.run(launch_cmd(procs) + [str(recipe)], cwd=ROOT, env=run_env, capture_output=True, text=True)
+    proc = subprocess.run(launch_cmd(procs) + [str(recipe)], cwd=cwd, env=run_env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"{name} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -323,16 +419,17 @@ def run_case(name: str, rep: int, tmp: Path, sets: dict, args, env: dict) -> dic
 def gpu_run(args, env: dict) -> dict:
     """ViT-B-32, NegCLIP-style batch (2B x 4B) on one GPU, bf16; steady-state samples/s,
     `--gpu-reps` runs."""
-    from trainer.fixtures import write_fixture_shards
     batch, steps, warmup = args.gpu_batch, args.gpu_steps, args.gpu_warmup
     runs = []
     with tempfile.TemporaryDirectory(prefix="bench_gpu_") as tmp:
         tmp = Path(tmp)
-        shards = write_fixture_shards(tmp / "neighbour", n=2048, per_shard=256, neighbours=3)
+        shards = write_caption_shards(tmp / "neighbour", coco_captions(), n=2048, per_shard=256, negatives=2,
+                                      neighbours=3)
         cmd = launch_cmd(1, gpu=True) if not args.gpu_dry_run else [sys.executable, "trainer/train.py"]
         for rep in range(args.gpu_reps):
             recipe = tmp / f"gpu-{rep}.yaml"
-            recipe.write_text(RECIPE.format(precision="bf16", arch=args.gpu_arch, shards=shards,
+            recipe.write_text(RECIPE.format(precision="bf16", arch=args.gpu_arch, shards=json.dumps([str(shards)]),
+                                            source_batch="",
                                             samples=steps * batch, batch=batch, workers=args.gpu_workers,
                                             partner="neighbour", negs=2, out=tmp / f"out-{rep}",
                                             log_every=args.gpu_log_every))
@@ -375,7 +472,8 @@ def main() -> None:
     p.add_argument("--gpu-threads", type=int, default=4, help="OMP threads of the GPU run's main process")
     p.add_argument("--gpu-reps", type=int, default=3)
     p.add_argument("--gpu-dry-run", action="store_true", help=argparse.SUPPRESS)  # tests the GPU path on CPU
-    p.add_argument("--quick", action="store_true", help="12 steps, 1 rep, 3 cases, 2 step-only rounds")
+    p.add_argument("--old-commit", default=OLD_COMMIT, help="the earlier code the *_old cases run")
+    p.add_argument("--quick", action="store_true", help="12 steps, 1 rep, 4 cases, 2 step-only rounds")
     p.add_argument("--ddp-rounds", type=int, default=3, help="rounds of the 1 vs 2 process step-only measurement")
     p.add_argument("--ddp-step-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default=None)
@@ -412,40 +510,66 @@ def main() -> None:
         log(f"trainer: step-only 1 vs 2 processes, {args.ddp_rounds} rounds")
         ddp = ddp_step_only(args.ddp_rounds, 8 if args.quick else 12, args.batch, env)
 
-    from trainer.fixtures import write_fixture_shards
     runs: dict[str, list[dict]] = {c: [] for c in args.cases}
+    pairs = coco_captions()
     with tempfile.TemporaryDirectory(prefix="bench_trainer_") as tmp:
         tmp = Path(tmp)
-        sets = {"none": write_fixture_shards(tmp / "none", n=256, per_shard=64),
-                "generated": write_fixture_shards(tmp / "generated", n=256, per_shard=64, partner="generated"),
-                "neighbour": write_fixture_shards(tmp / "neighbour", n=256, per_shard=64, neighbours=3)}
+        n = 512  # distinct COCO captions per set; more than a run's anchors at the default steps
+        sets = {"none": write_caption_shards(tmp / "none", pairs, n, negatives=2),
+                "generated": write_caption_shards(tmp / "generated", pairs, n, negatives=2, partner="generated",
+                                                  offset=n),
+                "neighbour": write_caption_shards(tmp / "neighbour", pairs, n, negatives=2, neighbours=3,
+                                                  offset=2 * n),
+                "mirrored": write_caption_shards(tmp / "mirrored", pairs, n, partner="mirrored", offset=3 * n,
+                                                 prefix="m")}
+        old_root = None
+        if any(CASES[c][3] == "old" for c in args.cases):
+            old_root = export_commit(args.old_commit, tmp / "old_code")
+            log(f"trainer: code of {args.old_commit} in {old_root}")
         log("trainer: data path CPU per anchor")
         compose = compose_cost(sets, args.batch, 1 if args.quick else 3)
         for rep in range(args.reps):
             order = args.cases if rep % 2 == 0 else list(reversed(args.cases))
             for name in order:
-                r = run_case(name, rep, tmp, sets, args, env)
+                r = run_case(name, rep, tmp, sets, args, env, old_root)
                 runs[name].append(r)
                 log(f"trainer rep {rep + 1}/{args.reps} {name:18s} {r['samples_per_s']:7.1f} samples/s "
                     f"(run {r['wall_s']:.1f} s)")
 
     rates = {c: [r["samples_per_s"] for r in v] for c, v in runs.items()}
     cases = {c: {"shape": CASES[c][0], "processes": CASES[c][1], "threads_per_process": CASES[c][2],
+                 "code": "today" if CASES[c][3] == "new" else args.old_commit,
                  "samples_per_s": summarize(rates[c], 1), "runs": runs[c]} for c in args.cases}
     hard = {}
-    if "plain_1proc" in rates:
-        for c in args.cases:
-            shape, procs, threads = CASES[c]
-            if shape == "plain" or procs != 1 or threads != 1:
+    for code, suffix, plain_case, ratio_key in (("new", "_1proc", "plain_1proc", "flop_ratio"),
+                                                ("old", "_old", "plain_old", "old_flop_ratio")):
+        if plain_case not in rates:
+            continue
+        for shape in SHAPES:
+            c = shape + suffix
+            if shape == "plain" or c not in rates:
                 continue
-            cost = ratio_stat(rates["plain_1proc"], rates[c])
-            fr = flops["shapes"][shape]["flop_ratio"]
-            step_cost = step.get("cost_vs_plain", {}).get(shape)
-            hard[shape] = {"label": SHAPES[shape][4], "samples_per_s": cases[c]["samples_per_s"],
-                           "cost": cost, "flop_ratio": fr, "cost_over_flop_ratio": round(cost["median"] / fr, 3),
-                           "step_only_cost": step_cost,
-                           "step_only_cost_over_flop_ratio": round(step_cost["median"] / fr, 3) if step_cost else None,
-                           "goal": "cost <= 1.1 x FLOP ratio", "goal_met": cost["median"] <= 1.1 * fr}
+            cost = ratio_stat(rates[plain_case], rates[c])
+            fr = flops["shapes"][shape][ratio_key]
+            entry = {"label": SHAPES[shape][4], "samples_per_s": cases[c]["samples_per_s"],
+                     "cost": cost, "flop_ratio": fr, "cost_over_flop_ratio": round(cost["median"] / fr, 3),
+                     "goal": "cost <= 1.1 x FLOP ratio", "goal_met": cost["median"] <= 1.1 * fr}
+            if code == "new":
+                step_cost = step.get("cost_vs_plain", {}).get(shape)
+                entry.update(step_only_cost=step_cost, step_only_cost_over_flop_ratio=(
+                    round(step_cost["median"] / fr, 3) if step_cost else None))
+                hard[shape] = entry
+            else:
+                hard.setdefault("old_code", {})[shape] = entry
+    speedup = {}
+    for shape in SHAPES:
+        new, old = rates.get(f"{shape}_1proc"), rates.get(f"{shape}_old")
+        if new and old:
+            r = ratio_stat(new, old)
+            speedup[shape] = {"label": SHAPES[shape][4], "today": summarize(new, 1), "old": summarize(old, 1),
+                              "today_over_old": r, "old_over_new_flops": flops["shapes"][shape]["old_over_new_flops"]}
+            if shape == "negclip":
+                speedup[shape].update(goal=">= 1.4", goal_met=r["median"] >= 1.4)
     scaling = {"step_only_ddp": ddp} if ddp else {}
     if "plain_1proc" in rates and "plain_2proc" in rates:
         scaling["2proc_over_1proc"] = ratio_stat(rates["plain_2proc"], rates["plain_1proc"])
@@ -471,7 +595,9 @@ def main() -> None:
     result = {"arch": ARCH, "batch_per_process": args.batch, "steps": args.steps, "warmup_steps": args.warmup,
               "log_every": args.log_every, "workers_per_process": args.workers, "reps": args.reps,
               "method": "steady-state global anchors/s from TensorBoard event wall times after warm-up",
+              "old_commit": args.old_commit, "captions": "COCO (SugarCrepe caption/negative_caption fields)",
               "flops": flops, "step_only": step, "compose": compose, "cases": cases, "hard_negatives": hard,
+              "today_vs_old": speedup,
               "scaling": scaling, "gpu": gpu}
     write_result("trainer", result, args.out)
 

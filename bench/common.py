@@ -258,3 +258,100 @@ def steady_rate(points: Sequence[tuple[int, float]], samples_per_step: int, warm
         raise ValueError("log wall times do not increase")
     return {"samples_per_s": (s1 - s0) * samples_per_step / (t1 - t0), "from_step": s0, "to_step": s1,
             "seconds": t1 - t0}
+
+
+# --- COCO-length captions ---------------------------------------------------------------------
+
+COCO_CAPTIONS_DIR = Path(os.environ.get("COMPCLIP_COCO_CAPTIONS", "/work/shared/benchmarks/sugarcrepe"))
+
+
+def input_error(message: str) -> None:
+    """A one-line error on stderr and exit status 2 (bad input: a missing or malformed file)."""
+    print(message, file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def coco_captions(directory: str | Path = COCO_CAPTIONS_DIR) -> list[tuple[str, str]]:
+    """(caption, hard negative) pairs of real COCO captions: the `caption` and `negative_caption`
+    fields of SugarCrepe's json files (COCO val2017 captions), read at bench time, never copied into
+    the repository; distinct captions, in file and key order. A missing folder or a file without
+    those fields stops with exit 2 and its name."""
+    directory = Path(directory)
+    files = sorted(directory.glob("*.json"))
+    if not files:
+        input_error(f"{directory}: no SugarCrepe *.json files (COCO captions for the bench; "
+                    "set COMPCLIP_COCO_CAPTIONS to their folder)")
+    seen: set[str] = set()
+    pairs = []
+    for path in files:
+        try:
+            rows = json.loads(path.read_text())
+            items = rows.values() if isinstance(rows, dict) else rows
+            for row in items:
+                caption = row["caption"].strip()
+                if caption and caption not in seen:
+                    seen.add(caption)
+                    pairs.append((caption, row["negative_caption"].strip()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            input_error(f"{path}: not a SugarCrepe file with caption/negative_caption ({e!r})")
+    return pairs
+
+
+def token_lengths(captions: Sequence[str], tokenizer) -> list[int]:
+    """Tokens per caption with start and end tokens (the position of the end token + 1), as CLIP's
+    text tower sees them; `tokenizer` is open_clip's (list[str] -> [N, context] LongTensor)."""
+    tokens = tokenizer(list(captions))
+    return [int(n) for n in (tokens != 0).sum(dim=1).tolist()]
+
+
+def write_caption_shards(directory: str | Path, pairs: Sequence[tuple[str, str]], n: int, per_shard: int = 64,
+                         negatives: int = 0, partner: Optional[str] = None, neighbours: int = 0,
+                         image: Optional[Callable[[int], bytes]] = None, prefix: str = "c",
+                         offset: int = 0) -> Path:
+    """A shard set of `n` samples whose captions are `pairs[offset + i]` (cycled): real caption
+    lengths for the trainer benches. Images: `image(i)` or the trainer's 32 px fixture scenes.
+    `negatives` per sample (0-2): the pair's own hard negative, then the next pair's (a real
+    COCO-length text); `partner` 'generated' / 'mirrored' (image + the next caption); `neighbours`
+    K with a keys.tsv index. Written through datagen.shards.ShardSetWriter (manifest features set)."""
+    from datagen.schema import Negative, Neighbour, Partner, ShardSample
+    from datagen.shards import KeyIndex, ShardSetWriter
+    from trainer.fixtures import COLOURS, scene_jpeg
+    if not pairs:
+        raise ValueError("write_caption_shards: no captions")
+    names = list(COLOURS)
+    picture = image or (lambda i: scene_jpeg(names[i % 4], names[(i % 4 + 1 + (i // 4) % 3) % 4]))
+    features = {"negatives": bool(negatives), "partner": partner, "neighbours": neighbours}
+    directory = Path(directory)
+    with ShardSetWriter(directory, max_count=per_shard, features=features) as writer:
+        for i in range(n):
+            caption, negative = pairs[(offset + i) % len(pairs)]
+            nxt_caption, nxt_negative = pairs[(offset + i + 1) % len(pairs)]
+            negs = [Negative(negative, "replace", "att", "sugarcrepe"),
+                    Negative(nxt_negative, "replace", "obj", "sugarcrepe")][:negatives]
+            sample = ShardSample(key=f"{prefix}{i:06d}", caption=caption, image=picture(i),
+                                 meta={"source": "bench", "index": i, "image_id": i}, negatives=negs)
+            if partner == "generated":
+                sample.partner = Partner(picture(i + 1), negative, "generated", negative_index=0)
+            elif partner == "mirrored":
+                sample.partner = Partner(picture(i + 1), nxt_caption, "mirrored")
+            if neighbours:
+                sample.neighbours = [Neighbour(f"{prefix}{(i + d) % n:06d}", 1.0 / d) for d in range(1, neighbours + 1)]
+            writer.add(sample)
+    if neighbours:
+        KeyIndex.build(directory)
+    return directory
+
+
+def export_commit(commit: str, dest: str | Path, root: Path = ROOT) -> Path:
+    """The tree of `commit` written to `dest` (`git archive`, no worktree registered), so a bench
+    can run an earlier version of the code beside this one with the same venv."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "archive", "--format=tar", commit], cwd=root, capture_output=True)
+    if archive.returncode != 0:
+        input_error(f"git archive {commit}: {archive.stderr.decode(errors='replace').strip()}")
+    import tarfile
+    import io
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tf:
+        tf.extractall(dest, filter="data")
+    return dest

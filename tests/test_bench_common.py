@@ -89,3 +89,125 @@ def test_write_and_read_result(tmp_path):
     assert data["meta"]["versions"]["python"]
     assert common.read_result("x", tmp_path)["value"] == 1
     assert common.read_result("missing", tmp_path) is None
+
+
+# --- COCO-length captions, shard sets, an earlier commit, FLOP formula --------------------------
+
+def _sugarcrepe(tmp_path, rows):
+    folder = tmp_path / "sc"
+    folder.mkdir()
+    (folder / "a.json").write_text(json.dumps({str(i): r for i, r in enumerate(rows)}))
+    return folder
+
+
+def test_coco_captions_reads_caption_and_negative_and_drops_repeats(tmp_path):
+    folder = _sugarcrepe(tmp_path, [{"caption": " A dog on a bed. ", "negative_caption": "A cat on a bed."},
+                                    {"caption": "A dog on a bed.", "negative_caption": "A dog under a bed."},
+                                    {"caption": "Two men ride bikes.", "negative_caption": "Two men ride horses."}])
+    assert common.coco_captions(folder) == [("A dog on a bed.", "A cat on a bed."),
+                                            ("Two men ride bikes.", "Two men ride horses.")]
+
+
+def test_coco_captions_bad_input_exits_2_naming_the_file(tmp_path, capsys):
+    with pytest.raises(SystemExit) as err:
+        common.coco_captions(tmp_path / "nowhere")
+    assert err.value.code == 2 and "nowhere" in capsys.readouterr().err
+    folder = _sugarcrepe(tmp_path, [{"text": "no caption field"}])
+    with pytest.raises(SystemExit) as err:
+        common.coco_captions(folder)
+    assert err.value.code == 2 and "a.json" in capsys.readouterr().err
+
+
+def test_real_coco_captions_have_coco_lengths():
+    import open_clip
+    if not common.COCO_CAPTIONS_DIR.is_dir():
+        pytest.skip(f"{common.COCO_CAPTIONS_DIR} not here")
+    pairs = common.coco_captions()
+    assert len(pairs) > 1000 and len({c for c, _ in pairs}) == len(pairs)
+    lengths = common.token_lengths([c for c, _ in pairs[:500]], open_clip.get_tokenizer("ViT-B-32"))
+    assert 8 < sum(lengths) / len(lengths) < 25 and max(lengths) <= 77  # short against the 77 context
+
+
+def test_token_lengths_count_start_and_end():
+    import open_clip
+    assert common.token_lengths(["a cat", "a cat on a mat"], open_clip.get_tokenizer("ViT-B-32")) == [4, 7]
+
+
+def test_write_caption_shards_carries_the_captions_negatives_and_neighbours(tmp_path):
+    import tarfile
+    pairs = [(f"caption number {i}", f"negative number {i}") for i in range(5)]
+    out = common.write_caption_shards(tmp_path / "set", pairs, n=7, per_shard=4, negatives=2, neighbours=2)
+    members = {}
+    for tar in sorted(out.glob("*.tar")):
+        with tarfile.open(tar) as tf:
+            for m in tf.getmembers():
+                members[m.name] = tf.extractfile(m).read()
+    captions = [members[f"c{i:06d}.txt"].decode() for i in range(7)]
+    assert captions == [pairs[i % 5][0] for i in range(7)]
+    negs = json.loads(members["c000006.neg.json"])
+    assert [n["text"] for n in (negs["negatives"] if isinstance(negs, dict) else negs)] == \
+        ["negative number 1", "negative number 2"]
+    assert (out / "keys.tsv").is_file()
+    assert json.loads((out / "manifest.json").read_text())["features"]["neighbours"] == 2
+
+
+def test_export_commit_writes_that_commits_tree(tmp_path):
+    import subprocess
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=common.ROOT, capture_output=True, text=True).stdout.strip()
+    if not head:
+        pytest.skip("not a git checkout")
+    out = common.export_commit(head, tmp_path / "tree")
+    assert (out / "bench" / "common.py").is_file() and (out / "trainer" / "train.py").is_file()
+    with pytest.raises(SystemExit) as err:
+        common.export_commit("0" * 40, tmp_path / "none")
+    assert err.value.code == 2
+
+
+def test_attention_flops_match_counted_attention_matmuls():
+    """The analytic term bench_trainer adds for the attention the FLOP counter misses on CPU."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from bench.bench_trainer import attention_flops, expected_batch_max
+    length, width, heads = 9, 16, 4
+    q = k = v = torch.randn(heads, length, width // heads)
+    with FlopCounterMode(display=False) as counter:
+        torch.bmm(torch.bmm(q, k.transpose(1, 2)).softmax(-1), v)
+    assert counter.get_total_flops() == attention_flops(width, 1, length)
+    assert expected_batch_max([5] * 10, 8) == 5
+    assert expected_batch_max(list(range(1, 40)), 64) > expected_batch_max(list(range(1, 40)), 4)
+
+
+# --- run_all's report sections for issue 18 (synthetic numbers: rendering only) -----------------
+
+def _stat(x):
+    return summarize([x])
+
+
+def test_report_today_vs_old_states_the_goal_from_the_paired_ratio():
+    from bench.run_all import section_today_vs_old
+    for ratio, status in ((1.5, "**met**"), (1.2, "**missed**")):
+        r = {"old_commit": "43bb405", "batch_per_process": 32, "steps": 32, "workers_per_process": 1, "reps": 1,
+             "today_vs_old": {"negclip": {"label": "NegCLIP-style", "today": _stat(30 * ratio), "old": _stat(30),
+                                          "today_over_old": _stat(ratio), "old_over_new_flops": 1.8,
+                                          "goal_met": ratio >= 1.4}},
+             "hard_negatives": {"negclip": {"cost_over_flop_ratio": 0.9}, "old_code": {}}}
+        goals, notes = [], []
+        text = section_today_vs_old(r, goals, notes)
+        assert "43bb405" in text and "NegCLIP-style" in text
+        assert goals[0][-1] == status and bool(notes) == (status == "**missed**")
+    goals = []
+    assert "Not run" in section_today_vs_old(None, goals, [])
+    assert goals[0][2] == "not run"
+
+
+def test_report_loader_reads_the_negclip_draft_uint8_row():
+    from bench.run_all import section_loader
+    row = {"label": "NegCLIP-style", "images_per_anchor": 2.0, "jpeg_draft": True, "output": "uint8",
+           "cpu_anchors_per_s": _stat(100.0), "loader_anchors_per_s": _stat(80.0)}
+    r = {"rows": {"negclip/draft/uint8": row, "negclip/full/float": {**row, "jpeg_draft": False, "output": "float"}},
+         "goal_met": False, "jpeg": {"distinct": 4, "size": [640, 480], "quality": 90, "kb": _stat(130.0)},
+         "arch_transform": "ViT-B-32", "batch": 32, "batches": 2, "warmup_batches": 1, "reps": 1}
+    goals, notes = [], []
+    text = section_loader(r, goals, notes)
+    assert text.count("| NegCLIP-style |") == 2
+    assert goals[0][-1] == "**missed**" and "100" in goals[0][2] and notes

@@ -38,3 +38,38 @@ def test_warmup_then_cosine_to_zero():
     assert lr_factor(4, 14, cfg) == 1.0 and lr_factor(9, 14, cfg) == pytest.approx(0.5)
     assert lr_factor(14, 14, cfg) == pytest.approx(0.0)
     assert lr_factor(10, 14, ScheduleConfig(epochs=1, warmup_steps=4, kind="constant")) == 1.0
+
+
+@pytest.mark.parametrize("implementation, fused, foreach", [("auto", True, None), ("foreach", False, True),
+                                                            ("single", False, False)])
+def test_optimizer_implementation_picks_the_kernel(micro_model, implementation, fused, foreach):
+    """`optim.implementation`: auto = fused on CPU (today's behaviour), foreach = multi-tensor,
+    single = torch's per-tensor loop (its CPU default, what open_clip_train runs)."""
+    opt = build_optimizer(micro_model.model, OptimConfig(lr=1e-3, implementation=implementation))
+    assert bool(opt.defaults["fused"]) is fused
+    assert opt.defaults["foreach"] is foreach
+
+
+def test_optimizer_implementations_take_the_same_step(micro_model):
+    import copy
+
+    import torch
+    torch.manual_seed(0)
+    models = {impl: copy.deepcopy(micro_model.model) for impl in ("auto", "foreach", "single")}
+    grads = [torch.randn_like(p) for p in micro_model.model.parameters()]
+    for impl, model in models.items():
+        opt = build_optimizer(model, OptimConfig(lr=1e-2, implementation=impl))
+        for _ in range(3):
+            for p, g in zip(model.parameters(), grads):
+                p.grad = g.clone()
+            opt.step()
+    ref = list(models["single"].parameters())
+    for impl in ("auto", "foreach"):
+        for p, q in zip(models[impl].parameters(), ref):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(ref[0], next(micro_model.model.parameters()))  # the step did move them
+
+
+def test_unknown_optimizer_implementation_is_refused():
+    with pytest.raises(ValueError):
+        OptimConfig(lr=1e-3, implementation="fast")

@@ -7,6 +7,11 @@ included. `optim.exclude_embeddings_from_decay` also exempts every parameter who
 "embedding" (25.4 M parameters of ViT-B/32; not what the papers did). Frozen parameters are left
 out. The schedule is per optimiser step: linear warmup to `optim.lr` over `warmup_steps`, then
 cosine decay to 0 at the last step (or constant).
+
+`optim.implementation` picks torch's AdamW kernel: `auto` the fused one where possible (see
+`use_fused`), else torch's choice; `foreach` the multi-tensor one (torch's default on CUDA);
+`single` the per-tensor loop (torch's default on CPU, what open_clip_train runs there). Same
+arithmetic up to float rounding; only the speed differs.
 """
 from __future__ import annotations
 
@@ -33,7 +38,16 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
             (no_decay if exempt else decay).append(param)
     groups = [{"params": no_decay, "weight_decay": 0.0}, {"params": decay, "weight_decay": cfg.weight_decay}]
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=tuple(cfg.betas),
-                             eps=cfg.eps, fused=use_fused(decay + no_decay))
+                             eps=cfg.eps, **kernel_choice(cfg.implementation, decay + no_decay))
+
+
+def kernel_choice(implementation: str, params: list[nn.Parameter]) -> dict:
+    """AdamW's `fused` / `foreach` arguments for `optim.implementation`."""
+    if implementation == "single":
+        return {"fused": False, "foreach": False}
+    if implementation == "foreach":
+        return {"fused": False, "foreach": True}
+    return {"fused": True} if use_fused(params) else {}
 
 
 def use_fused(params: list[nn.Parameter]) -> bool:

@@ -106,6 +106,7 @@ class OptimConfig(_Section):
     grad_clip: Optional[float] = Field(default=None, gt=0)
     accum_steps: int = Field(default=1, ge=1)
     exclude_embeddings_from_decay: bool = False  # open_clip / NegCLIP / BiVLC decay the embeddings
+    implementation: Literal["auto", "foreach", "single"] = "auto"  # AdamW kernel (trainer/optim.py)
 
     @model_validator(mode="after")
     def _two_betas(self) -> "OptimConfig":
