@@ -18,7 +18,12 @@ shared machine, and the goal (>= 1,000 captions/s per core) is judged on it. Eac
 - `end_to_end_lm:all`: the same with the default corpus n-gram plausibility filter (each rule
   offers 3 candidates, all scored; goal: >= 500 per CPU second); `vocab_mine` includes
   training the n-gram model;
-- `generate_workers_<n>`: the CLI path (CSV in, shards out) with n worker processes, wall time.
+- `generate_workers_<n>`: the CLI path (CSV in, shards out) with n worker processes, wall time;
+- `whole_command` / `whole_command_no_lm`: `python -m datagen.negatives generate` as a user runs
+  it, in a subprocess, on `--command-captions` (5,000) captions, 1 worker, everything included
+  (interpreter and library start-up, loading spaCy, mining the vocabulary and the n-gram model,
+  parsing once, writing shards), with the default plausibility filter and without it
+  (goal: >= 700 captions/s wall).
 Also `coverage` / `coverage_lm` (first repetition of `end_to_end:all` / `end_to_end_lm:all`):
 the share of the corpus captions with at least one negative per kind:subkind, per kind (any of
 its sub-kinds) and of any kind, as in the generator's `negatives_stats.json`; and `language`:
@@ -56,6 +61,7 @@ from datagen.negatives.vocab import Vocabulary  # noqa: E402
 KINDS = ["swap", "replace", "add"]
 GOAL = 1000.0
 GOAL_LM = 500.0
+GOAL_COMMAND = 700.0
 FOREIGN = ROOT / "tests" / "data" / "negatives_foreign_captions.tsv"
 
 
@@ -78,6 +84,35 @@ def language_check(english: list[str]) -> dict:
             "recall_per_language": {k: h / n for k, (h, n) in sorted(per_lang.items())}}
 
 
+def whole_command(runs, record, corpus: list[str], count: int, tmp: Path, rep: int) -> None:
+    """`python -m datagen.negatives generate CSV OUT --workers 1` in a subprocess, timed whole."""
+    import resource
+    import subprocess
+    import time
+
+    def children_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    captions = (corpus * (count // len(corpus) + 1))[:count]
+    src = tmp / f"command-{count}.csv"
+    with open(src, "w", newline="", encoding="utf-8") as handle:
+        w = csv.writer(handle)
+        w.writerow(["filepath", "caption"])
+        w.writerows((f"img{i}.jpg", c) for i, c in enumerate(captions))
+    for name, extra in (("whole_command", []), ("whole_command_no_lm", ["--no-plausibility"])):
+        out = tmp / f"{name}-{rep}"
+        t0, c0 = time.perf_counter(), children_cpu()
+        done = subprocess.run([sys.executable, "-m", "datagen.negatives", "generate", str(src), str(out),
+                               "--workers", "1", "--quiet", *extra], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parents[1])
+        wall, cpu = time.perf_counter() - t0, children_cpu() - c0
+        if done.returncode != 0:
+            raise SystemExit(f"bench_negatives: {name} failed: {done.stderr.strip().splitlines()[-1:]}")
+        record(name, count, wall, cpu)
+        log(f"negatives rep {rep + 1}: {name} {count / wall:.0f} captions/s wall (whole command, 1 worker)")
+
+
 def stage_summary(samples: list[dict]) -> dict:
     """Per-repetition {n, wall_s, cpu_s[, negatives]} -> medians and ranges of the rates."""
     out = {"captions": samples[0]["n"],
@@ -98,6 +133,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--threads", type=int, default=None, help="BLAS/OpenMP threads (default 1)")
     parser.add_argument("--quick", action="store_true", help="first 1,000 captions, 3 reps, no CLI path")
+    parser.add_argument("--command-captions", type=int, default=5000,
+                        help="captions for the whole-command stage (0: skip it)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if args.threads:
@@ -168,6 +205,9 @@ def main() -> None:
                                                           vocab_path=Path(tmp.name) / "vocab.json",
                                                           chunk_size=1000))
                 record(f"generate_workers_{workers}", n, wall, cpu)
+        if args.command_captions and not args.quick:
+            whole_command(runs, record, sugarcrepe_captions(args.sugarcrepe), args.command_captions,
+                          Path(tmp.name), rep)
     tmp.cleanup()
 
     stages = {name: stage_summary(samples) for name, samples in runs.items()}
@@ -180,6 +220,10 @@ def main() -> None:
              for label in KINDS + ["all"]}
     lm_rate = stages["end_to_end_lm:all"]["per_cpu_s"]["median"]
     goals["all_with_lm_filter"] = {"per_cpu_s": lm_rate, "goal_met": lm_rate >= GOAL_LM}
+    for name in ("whole_command", "whole_command_no_lm"):
+        if name in stages:
+            rate = stages[name]["per_wall_s"]["median"]
+            goals[name] = {"per_wall_s": rate, "goal_met": rate >= GOAL_COMMAND}
     result = {"corpus": f"SugarCrepe positive captions x{args.repeat}" + (f", first {n}" if args.limit else ""),
               "captions": n, "reps": args.reps, "threads": os.environ.get("OMP_NUM_THREADS"),
               "stages": stages, "time_share_of_end_to_end_cpu": share, "coverage": coverage,

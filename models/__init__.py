@@ -3,12 +3,23 @@
 `load_model` is the one place a CLIP model is built: any open_clip architecture (ours included,
 see `registry`) with a pretrained tag, an open_clip or compclip checkpoint file, or random
 weights, guarded against the QuickGELU lineage trap. `checkpoint` writes and reads weights that
-plain open_clip loads, with a JSON metadata sidecar, atomically.
+plain open_clip loads, with a JSON metadata sidecar, atomically. Names are imported on first use,
+so a command that only writes files (datagen) does not pay for importing torch and open_clip.
 """
-from models.checkpoint import CheckpointMeta, latest_checkpoint, read_meta, save_checkpoint
-from models.load import ActivationMismatch, LoadedModel, ModelInfo, load_model
+from __future__ import annotations
 
-__all__ = [
-    "ActivationMismatch", "CheckpointMeta", "LoadedModel", "ModelInfo", "latest_checkpoint",
-    "load_model", "read_meta", "save_checkpoint",
-]
+import importlib
+
+_WHERE = {
+    "CheckpointMeta": "models.checkpoint", "latest_checkpoint": "models.checkpoint",
+    "read_meta": "models.checkpoint", "save_checkpoint": "models.checkpoint",
+    "ActivationMismatch": "models.load", "LoadedModel": "models.load", "ModelInfo": "models.load",
+    "load_model": "models.load",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'models' has no attribute '{name}'")
+    return getattr(importlib.import_module(_WHERE[name]), name)

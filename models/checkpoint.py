@@ -16,8 +16,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported where weights are saved: datagen imports atomic_write alone
+    from torch import nn
 
 FORMAT_VERSION = 1
 
@@ -70,6 +72,7 @@ def save_checkpoint(
     model = getattr(model, "module", model)  # DDP / accelerate wrappers
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     path = directory / f"{name}.pt"
+    import torch
     atomic_write(path, lambda f: torch.save({"state_dict": state}, f))
     atomic_write(sidecar_path(path), lambda f: json.dump(asdict(meta), f, indent=1), mode="w")
     for pointer in pointers:

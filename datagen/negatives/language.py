@@ -8,14 +8,17 @@ data/lexicon.json: "man", "door", "car" ...). Short words both sides share ("a",
 count for neither, so "Un uomo in sella a un cavallo" is foreign ("un" twice against no
 English-only word) while "A man in a suit" stays English. A caption is not English when
 it has at least two foreign function words and more of them than English ones, or one and no
-English one; or when most of its letters are not ASCII. The lists come from spaCy
-(`spacy.lang.<xx>.stop_words`), so no language model is loaded.
+English one; or when most of its letters are not ASCII. The lists come from spaCy's
+`spacy/lang/<xx>/stop_words.py` files, read as plain modules (importing the language packages
+would load their tokenizer exceptions: ~4 s of a 5,000-caption command), so no language model or
+language package is loaded.
 """
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import re
 from functools import lru_cache
+from pathlib import Path
 
 from datagen.negatives import lexicon
 
@@ -27,13 +30,22 @@ _LETTERS = re.compile(r"[^\W\d_]")
 @lru_cache(maxsize=1)
 def word_lists() -> tuple[frozenset[str], frozenset[str]]:
     """(English-only function words, foreign function words)."""
-    from spacy.lang.en.stop_words import STOP_WORDS as english
+    english = stop_words("en")
     foreign: set[str] = set()
     for lang in OTHER_LANGUAGES:
-        foreign |= set(importlib.import_module(f"spacy.lang.{lang}.stop_words").STOP_WORDS)
+        foreign |= stop_words(lang)
     english_only = frozenset(w for w in english if w not in foreign and "'" not in w)
     foreign_only = frozenset(foreign - set(english) - lexicon.words("english_homographs"))
     return english_only, foreign_only
+
+
+def stop_words(lang: str) -> set[str]:
+    """spaCy's stop-word list of a language, from its `stop_words.py` alone."""
+    root = Path(importlib.util.find_spec("spacy").submodule_search_locations[0])
+    spec = importlib.util.spec_from_file_location(f"_stop_words_{lang}", root / "lang" / lang / "stop_words.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return set(module.STOP_WORDS)
 
 
 def is_english(caption: str) -> bool:

@@ -4,7 +4,8 @@
 
 1. Vocabulary: `out/vocab.json` if present (a resumed run), else the file given, else mined from
    the first `vocab_sample` captions; saved to `out/vocab.json` either way, so every chunk,
-   worker and resume draws from the same words.
+   worker and resume draws from the same words. With one worker, the parses of that sample are
+   kept and reused by step 2: every caption is parsed once.
 2. Items are read in order and cut into chunks; each chunk's captions go to a worker (or run
    inline with `workers=1`), which parses them once and returns their negatives. Caption `i` of
    the input always uses seed `(seed, i)`, so output does not depend on chunking or workers.
@@ -51,10 +52,16 @@ STATS_FILE = "negatives_stats.json"
 _WORKER: dict[str, Any] = {}
 
 
-def build_vocabulary(items: Iterator[CaptionItem], n: int, max_words: int = 100) -> Vocabulary:
+def build_vocabulary(items: Iterator[CaptionItem], n: int, max_words: int = 100,
+                     parsed: Optional[list] = None) -> Vocabulary:
+    """Mine the vocabulary from the first `n` captions; their parses are appended to `parsed`
+    when a list is given, so the generation pass need not parse them again."""
     captions = [it.caption for it in islice(items, n)]
     gen = RuleNegativeGenerator(max_words=max_words)
-    return Vocabulary.mine(view(d) for d in gen.parse(captions) if d is not None)
+    docs = gen.parse(captions)
+    if parsed is not None:
+        parsed.extend(docs)
+    return Vocabulary.mine(view(d) for d in docs if d is not None)
 
 
 def _init_worker(config: dict[str, Any], vocab_path: str, seed: int) -> None:
@@ -69,10 +76,12 @@ def _init_worker(config: dict[str, Any], vocab_path: str, seed: int) -> None:
     _WORKER["seed"] = seed
 
 
-def _work(start: int, captions: list[str]) -> list[Any]:
-    """Negatives (or a skip reason) for captions `start, start+1, ...` of the input."""
+def _work(start: int, captions: list[str], parsed: Optional[list] = None) -> list[Any]:
+    """Negatives (or a skip reason) for captions `start, start+1, ...` of the input; `parsed`
+    holds the parses of the input's first captions (the vocabulary pass), reused here."""
     gen: RuleNegativeGenerator = _WORKER["gen"]
-    docs = gen.parse(captions)
+    reuse = parsed[start:start + len(captions)] if parsed else []
+    docs = reuse + gen.parse(captions[len(reuse):]) if len(reuse) < len(captions) else reuse
     out: list[Any] = []
     for i, (caption, doc) in enumerate(zip(captions, docs)):
         out.append(gen.negatives_for(doc, _WORKER["seed"], start + i) if doc is not None
@@ -140,9 +149,10 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
         raise InputError(f"{input_path}: no captions (empty input)")
     out_dir.mkdir(parents=True, exist_ok=True)
     vocab_file = out_dir / VOCAB_FILE
+    parsed: list = []  # a fresh run parses the vocabulary sample once: the inline pass reuses it
     if not vocab_file.is_file():
         vocab = (Vocabulary.from_json(vocab_path) if vocab_path
-                 else build_vocabulary(items(), vocab_sample, max_words))
+                 else build_vocabulary(items(), vocab_sample, max_words, parsed if workers <= 1 else None))
         vocab.to_json(vocab_file)
 
     writer = ShardSetWriter(out_dir, max_count=shard_size, features=features, order=order)
@@ -184,7 +194,9 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
         if workers <= 1:
             _init_worker(config, str(vocab_file), seed)
             for start, chunk in chunks:
-                write(start, chunk, _work(start, [it.caption for it in chunk]))
+                write(start, chunk, _work(start, [it.caption for it in chunk], parsed))
+                if parsed and start + len(chunk) >= len(parsed):
+                    parsed = []  # past the vocabulary sample: free the parses
         else:
             _run_pool(workers, config, str(vocab_file), seed, chunks, write)
     except BaseException as err:  # complete shards and the manifest stay; the partial one goes
