@@ -42,8 +42,7 @@ from typing import Callable, Optional, Sequence
 import faiss
 import numpy as np
 
-from datagen.imageio import BadImage, decode_image
-from datagen.schema import IMAGE_EXTS, SchemaError
+from datagen.schema import SchemaError
 from datagen.shards import KeyIndex, ShardSetWriter, iter_raw_samples, read_manifest, shard_urls
 
 log = logging.getLogger(__name__)
