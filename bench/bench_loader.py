@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import random
 import sys
 import tempfile
 import time

@@ -436,7 +436,6 @@ def section_today_vs_old(r, goals, notes) -> str:
     if not tv:
         goals.append([item, ">= 1.4x", "not run", "-"])
         return head + "Not run."
-    fl = _get(r, "flops", "shapes", default={})
     old_hard = _get(r, "hard_negatives", "old_code", default={})
     rows = []
     for shape, t in tv.items():

@@ -36,17 +36,19 @@ import json
 import logging
 import math
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import faiss
 import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
 
-from datagen.imageio import BadImage, decode_image
 from datagen.order import inherited_order
-from datagen.schema import IMAGE_EXTS, SchemaError
+from datagen.schema import SchemaError
 from datagen.shards import (CARRIED_KEYS, KeyIndex, ShardSetWriter, iter_raw_samples,
                             read_manifest, shard_urls)
 
@@ -238,8 +240,12 @@ def _key_scores(keys: np.ndarray) -> np.ndarray:
     return np.where(high & _SIGN, high & ~_SIGN, ~high).astype(np.uint32).view(np.float32)
 
 
+def _blas_threads() -> int:
+    return max([1] + [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"])
+
+
 def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
-                   margin: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
+                   margin: float = 1e-3, threads: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
     """Exact top k by inner product of every row of `xb` against all rows (itself included),
     computing each pair's product once: (scores [N, k] best first, ids; -1 / -inf pad).
 
@@ -256,6 +262,8 @@ def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
     per block against, per row, the lower of its threshold and block j's lowest (what passes is
     then split by the exact row and column thresholds), or two comparisons (rows', columns')
     where more than `ONE_PASS_SHARE` of the block would pass; then a merge of the few that pass.
+    Block pairs run in `threads` threads (default: numpy's BLAS thread count), each product on
+    one BLAS thread.
     """
     xb = np.ascontiguousarray(xb, np.float32)
     n = len(xb)
@@ -294,14 +302,16 @@ def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
         return np.divmod(np.flatnonzero(np.greater_equal(prod, bound, out=mask)), prod.shape[1])
 
     side = min(n, block)
-    prod_buf, mask_buf = np.empty(side * side, np.float32), np.empty(side * side, bool)
-    starts = range(0, n, block)
-    pairs = [(i, i) for i in starts] + [(i, j) for i in starts for j in starts if j > i]
-    for i0, j0 in pairs:
+    local, lock = threading.local(), threading.Lock()
+
+    def join(pair: tuple[int, int]) -> None:
+        i0, j0 = pair
+        if not hasattr(local, "prod"):
+            local.prod, local.mask = np.empty(side * side, np.float32), np.empty(side * side, bool)
         xi, xj = xb[i0:i0 + block], xb[j0:j0 + block]
-        prod = np.matmul(xi, xj.T, out=prod_buf[:len(xi) * len(xj)].reshape(len(xi), len(xj)))
-        mask = mask_buf[:prod.size].reshape(prod.shape)
-        thr_i, thr_j = thr[i0:i0 + len(xi)], thr[j0:j0 + len(xj)]
+        prod = np.matmul(xi, xj.T, out=local.prod[:len(xi) * len(xj)].reshape(len(xi), len(xj)))
+        mask = local.mask[:prod.size].reshape(prod.shape)
+        thr_i, thr_j = thr[i0:i0 + len(xi)].copy(), thr[j0:j0 + len(xj)].copy()
         if j0 == i0:
             a, b = above(prod, thr_i[:, None], mask)
             rows, ids, vals = a + i0, b + j0, prod[a, b]
@@ -318,7 +328,18 @@ def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
                 rows = np.concatenate([a[by_i] + i0, b[by_j] + j0])
                 ids = np.concatenate([b[by_i] + j0, a[by_j] + i0])
                 vals = np.concatenate([v[by_i], v[by_j]])
-        merge(rows, _rank_keys(vals, ids))
+        keys = _rank_keys(vals, ids)
+        with lock:
+            merge(rows, keys)
+
+    starts = range(0, n, block)
+    pairs = [(i, i) for i in starts] + [(i, j) for i in starts for j in starts if j > i]
+    threads = threads or _blas_threads()
+    # block pairs in `threads` threads, each with a one-thread BLAS: no BLAS synchronisation per
+    # product, and the selection runs in parallel as well (numpy releases the GIL). A thread may
+    # read a threshold another is raising: either value is a lower bound, so the answer holds.
+    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
+        list(pool.map(join, pairs))
     best = np.sort(best, axis=1)[:, ::-1]
     empty = best == 0
     scores = np.where(empty, -np.inf, _key_scores(best)).astype(np.float32)

@@ -82,7 +82,8 @@ def test_self_join_equals_the_full_search(n, data):
 def test_self_join_block_size_does_not_change_the_answer(share, monkeypatch):
     monkeypatch.setattr(knn, "ONE_PASS_SHARE", share)
     x = tied_vectors(np.random.default_rng(7), 300, 5)
-    answers = [self_join_topk(x, 6, block=b, probe=p) for b, p in [(300, 256), (7, 3), (64, 300), (1000, 1)]]
+    answers = [self_join_topk(x, 6, block=b, probe=p, threads=t)
+               for b, p, t in [(300, 256, 1), (7, 3, 3), (64, 300, 2), (1000, 1, 1), (16, 8, 1)]]
     np.testing.assert_array_equal(answers[0][1], np.argsort(-(x.astype(np.float64) @ x.T), axis=1,
                                                             kind="stable")[:, :6])
     for scores, ids in answers[1:]:
