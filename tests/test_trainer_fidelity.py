@@ -101,6 +101,14 @@ def test_the_checkpoint_is_written_before_the_evaluation(recipe, tmp_path, monke
     assert (ckpts / "latest").is_file()
     meta = json.loads((ckpts / (ckpts / "latest").read_text().strip()).with_suffix(".json").read_text())
     assert meta["epoch"] == 1 and meta["metrics"] == {}
+    # resumed, the run evaluates that epoch first and records its metrics in the checkpoint's sidecar
+    module.evaluate = lambda *args, **kwargs: {"fake/acc": 0.5}
+    assert run([recipe, "schedule.epochs=1", "eval.benchmarks=[fake]", "eval.data_root=/nowhere",
+                "checkpoint.resume=auto"]) == 0
+    lines = (tmp_path / "runs" / "fid" / "eval.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["metrics"]["fake/acc"] == 0.5
+    meta = json.loads((ckpts / (ckpts / "latest").read_text().strip()).with_suffix(".json").read_text())
+    assert meta["metrics"]["fake/acc"] == 0.5
 
 
 def test_missing_evaluation_data_is_listed_before_any_model_loads(recipe, tmp_path, monkeypatch, capsys):
