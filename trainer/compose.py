@@ -165,8 +165,9 @@ class Composer:
             raise BadSample(str(err)) from None
         where = f"sample '{sample.key}'" + (f" in {raw['__url__']}" if "__url__" in raw else "")
         item = Item(sample.key, self._image(sample.image, rng, where), sample.caption)
-        item.image_id = stable_id(image_key(sample.meta, sample.key))
-        item.partner_image_id = stable_id(image_key(sample.meta, sample.key) + "/partner")
+        source_image = image_key(sample.meta, sample.key)
+        item.image_id = stable_id(source_image)
+        item.partner_image_id = stable_id(source_image + "/partner")  # a generated / mirrored image
         with_partner = with_partner and self.num_partners > 0
         if with_partner and self.partner == "neighbour":
             item.partner_image, item.partner_caption, item.partner_image_id = self._neighbour(sample, source_dir, rng)

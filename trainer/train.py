@@ -322,8 +322,8 @@ class Trainer:
                 for _, info in micro:
                     self.local_streams[info["stream"]] = {k: v for k, v in info.items() if k != "stream"}
                 log_now = (self.state.step + 1) % r.logging.every_n_steps == 0
-                loss, info = self.step([b.to(self.acc.device, non_blocking=True) for b, _ in micro], details=True) \
-                    if log_now else (self.step([b.to(self.acc.device, non_blocking=True) for b, _ in micro]), {})
+                on_device = [b.to(self.acc.device, non_blocking=True) for b, _ in micro]
+                loss, info = self.step(on_device, details=True) if log_now else (self.step(on_device), {})
                 self.state.batch_in_epoch += self.accum
                 self.state.step += 1
                 self.state.samples_seen += global_batch

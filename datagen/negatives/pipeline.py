@@ -137,12 +137,19 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
 
     order, permute = order_for_input(input_path, seed)
 
+    permuted: list[CaptionItem] = []  # text inputs: read, filtered and permuted once, reused by every pass
+
     def items() -> Iterator[CaptionItem]:
-        it = read_items(input_path, image_col=image_col, caption_col=caption_col)
-        if splits:
-            it = (x for x in it if x.meta.get("split") in splits)
-        it = select(it) if select is not None else it
-        it = iter(shuffled(it, seed)) if permute else it
+        if permute and permuted:
+            it: Iterator[CaptionItem] = iter(permuted)
+        else:
+            it = read_items(input_path, image_col=image_col, caption_col=caption_col)
+            if splits:
+                it = (x for x in it if x.meta.get("split") in splits)
+            it = select(it) if select is not None else it
+            if permute:
+                permuted.extend(shuffled(it, seed))
+                it = iter(permuted)
         return islice(it, limit) if limit is not None else it
 
     if next(items(), None) is None:
