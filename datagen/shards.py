@@ -238,9 +238,15 @@ def update_manifest(directory: str | Path, **keys: Any) -> dict[str, Any]:
     return manifest
 
 
-def verify_shard_set(directory: str | Path, require_image: bool = True) -> dict[str, int]:
-    """Read every shard back: hash, sample count and schema. Raises SchemaError naming the shard."""
+def verify_shard_set(directory: str | Path, require_image: bool = True,
+                     allow_incomplete: bool = False) -> dict[str, int]:
+    """Read every shard back: hash, sample count and schema. Raises SchemaError naming the shard.
+    A set whose writer has not finished (manifest `complete: false`) is refused unless
+    `allow_incomplete` (then its complete shards are verified)."""
     manifest = read_manifest(directory)
+    if not manifest.get("complete", True) and not allow_incomplete:
+        raise SchemaError(f"{Path(directory) / MANIFEST}: shard set is unfinished (complete: false, "
+                          f"{len(manifest['shards'])} shard(s) written); rerun the command that wrote it to finish it")
     totals = Counter()
     for entry in manifest["shards"]:
         path = Path(directory) / entry["name"]

@@ -141,7 +141,11 @@ class Composer:
                     meta = json.loads(index.read(nb.key, "json"))
                 except (KeyError, ValueError):
                     meta = {}
-                return image, index.read(nb.key, "txt").decode("utf-8"), stable_id(image_key(meta, nb.key))
+                try:
+                    caption = index.read(nb.key, "txt").decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise BadSample(f"{where} neighbour '{nb.key}': caption is not UTF-8 ({err})") from None
+                return image, caption, stable_id(image_key(meta, nb.key))
         raise BadSample(f"{where}: none of its {len(order)} neighbours is in {source_dir}/keys.tsv")
 
     def _negatives(self, sample: ShardSample, rng: random.Random, with_partner: bool,
@@ -163,6 +167,9 @@ class Composer:
             sample = ShardSample.from_wds(raw)
         except SchemaError as err:
             raise BadSample(str(err)) from None
+        except UnicodeDecodeError as err:  # a caption member that is not UTF-8
+            where = f"sample '{raw.get('__key__', '?')}'" + (f" in {raw['__url__']}" if "__url__" in raw else "")
+            raise BadSample(f"{where}: a text member is not UTF-8 ({err})") from None
         where = f"sample '{sample.key}'" + (f" in {raw['__url__']}" if "__url__" in raw else "")
         item = Item(sample.key, self._image(sample.image, rng, where), sample.caption)
         source_image = image_key(sample.meta, sample.key)

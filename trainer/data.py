@@ -92,7 +92,19 @@ def build_hint(entry: str) -> str:
     return next((hint for word, hint in BUILD_HINTS if word in name), "docs/data_prep.md")
 
 
-def resolve_sources(entries: list[str], key: str = "data.train_shards") -> list[Source]:
+def check_complete(where: str, directory: str, manifest: dict, allow_incomplete: bool) -> None:
+    """A shard set whose writer has not finished (manifest `complete: false`) is refused unless allowed."""
+    if manifest.get("complete", True) or allow_incomplete:
+        return
+    shards = manifest.get("shards") or []
+    samples = sum(s.get("samples", 0) for s in shards)
+    raise DataError(f"{where}: shard set {directory} is unfinished ({MANIFEST} says complete: false; "
+                    f"{len(shards)} shard(s), {samples} samples so far); rerun the command that wrote it to "
+                    f"finish it (it resumes), or set data.allow_incomplete=true to train on what is there")
+
+
+def resolve_sources(entries: list[str], key: str = "data.train_shards",
+                    allow_incomplete: bool = False) -> list[Source]:
     sources = []
     for i, entry in enumerate(entries):
         where = f"{key}[{i}] '{entry}'"
@@ -103,6 +115,7 @@ def resolve_sources(entries: list[str], key: str = "data.train_shards") -> list[
             if not (path / MANIFEST).is_file():
                 raise DataError(f"{where}: folder has no {MANIFEST}; is it a shard set?")
             manifest = read_manifest(path)
+            check_complete(where, str(path), manifest, allow_incomplete)
             urls = shard_urls(path)
             directory = str(path)
         else:
@@ -113,6 +126,8 @@ def resolve_sources(entries: list[str], key: str = "data.train_shards") -> list[
             parent = Path(urls[0]).parent
             directory = str(parent) if (parent / MANIFEST).is_file() else None
             manifest = read_manifest(parent) if directory else None
+            if manifest is not None:
+                check_complete(where, directory, manifest, allow_incomplete)
         if not urls:
             raise DataError(f"{where}: no shards")
         sources.append(Source(entry, urls, directory, manifest))

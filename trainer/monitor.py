@@ -6,12 +6,18 @@ the loss's in-batch numbers of the logged step (`train/loss_i2t`, `train/loss_t2
 `train/masked_pairs`, `train/i2t_acc`, `train/t2i_acc`, `train/hard_negative_acc`,
 `train/partner_acc`), `val/<metric>` for the validation batches, and `eval/<benchmark>/<metric>`
 for every evaluation. Each evaluation also appends one JSON line
-`{"step", "epoch", "time", "metrics"}` to `<run_dir>/eval.jsonl`. Other ranks get a no-op monitor.
+`{"step", "epoch", "time", "metrics"}` to `<run_dir>/eval.jsonl`, and prints them to stderr as
+one compact line. Other ranks get a no-op monitor.
+
+A resumed run (`resumed_step`) keeps one point per step: the writer purges the events a killed
+run logged after that step (TensorBoard's `purge_step`), and `eval.jsonl` loses its lines after
+it (`trim_eval_log`; with `pending_eval`, the line of that step too, which is written again).
 """
 from __future__ import annotations
 
 import json
 import resource
+import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -26,19 +32,49 @@ def memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def trim_eval_log(path: Path, last_step: int) -> int:
+    """Drop the lines of `eval.jsonl` whose step is after `last_step` (atomically); returns how many."""
+    if not path.is_file():
+        return 0
+    from models.checkpoint import atomic_write
+    kept, dropped = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            step = json.loads(line).get("step", 0)
+        except ValueError:
+            step = last_step + 1  # a torn last line
+        if isinstance(step, int) and step <= last_step:
+            kept.append(line + "\n")
+        else:
+            dropped += 1
+    if dropped:
+        atomic_write(path, lambda f: f.writelines(kept), "w")
+    return dropped
+
+
+def format_metrics(metrics: dict[str, float], step: int, epoch: int) -> str:
+    """`eval step 8 (epoch 2): val/i2t_acc 0.512 | sugarcrepe/macro 0.731 ...`, sorted by name."""
+    return f"eval step {step} (epoch {epoch}): " + " | ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()))
+
+
 class Monitor:
-    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, progress: bool):
+    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, progress: bool,
+                 resumed_step: Optional[int] = None, pending_eval: bool = False):
         self.run_dir, self.enabled = run_dir, enabled
         self.writer = None
+        if enabled and resumed_step is not None:
+            trim_eval_log(run_dir / "eval.jsonl", resumed_step - 1 if pending_eval else resumed_step)
         if enabled and tensorboard:
             from torch.utils.tensorboard import SummaryWriter
-            self.writer = SummaryWriter(str(run_dir / "tensorboard"))
+            purge = None if resumed_step is None else resumed_step + (0 if pending_eval else 1)
+            self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=purge)
         self.progress = progress and enabled
         self.bar: Optional[tqdm] = None
 
     def start_epoch(self, epoch: int, total: int, done: int) -> None:
         if self.progress:
-            self.bar = tqdm(total=total, initial=done, desc=f"epoch {epoch}", unit="step", dynamic_ncols=True)
+            self.bar = tqdm(total=total, initial=done, desc=f"epoch {epoch}", unit="step", dynamic_ncols=True,
+                            file=sys.stderr)
 
     def advance(self, loss: float, samples_per_s: float) -> None:
         if self.bar is not None:
@@ -69,6 +105,10 @@ class Monitor:
             line["overlap"] = overlap
         with open(self.run_dir / "eval.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps(line) + "\n")
+        if self.bar is not None:
+            self.bar.write(format_metrics(metrics, step, epoch), file=sys.stderr)
+        else:
+            print(format_metrics(metrics, step, epoch), file=sys.stderr, flush=True)
 
     def close(self) -> None:
         self.end_epoch()

@@ -54,6 +54,7 @@ class DataConfig(_Section):
     val_shards: Optional[list[str]] = None  # held-out shard sets scored every epoch
     val_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)  # or: this share of images held out of training
     val_batches: Optional[int] = Field(default=None, gt=0)  # at most this many validation batches
+    allow_incomplete: bool = False  # train on a shard set whose writer has not finished (manifest complete: false)
 
     @model_validator(mode="after")
     def _weights_match_sources(self) -> "DataConfig":
@@ -142,6 +143,7 @@ class LoggingConfig(_Section):
 
 class CheckpointConfig(_Section):
     every_n_steps: int = Field(default=0, ge=0)
+    every_minutes: float = Field(default=30.0, ge=0)  # also checkpoint when this long passed since the last (0: never)
     keep_last: int = Field(default=2, ge=1)
     best_metric: Optional[str] = None
     best_mode: Literal["max", "min"] = "max"
@@ -177,11 +179,16 @@ _RecipeLoader.add_implicit_resolver(
 )
 
 
-def _parse_yaml(text: str, where: str) -> Any:
+def _parse_yaml(text: str, where: str, lines: bool = True) -> Any:
     try:
         return yaml.load(text, Loader=_RecipeLoader)
     except yaml.YAMLError as err:
-        raise RecipeError(f"{where}: not valid YAML: {str(err).splitlines()[0]}") from None
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        at = f"line {mark.line + 1}: " if lines and mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        context = getattr(err, "context", None)
+        what = f"{problem} ({context})" if context else problem
+        raise RecipeError(f"{where}: {at}not valid YAML: {what}") from None
 
 
 # --- overrides -------------------------------------------------------------------------------
@@ -202,7 +209,7 @@ def apply_override(data: dict, override: str, source: str) -> None:
         if not isinstance(child, dict):
             raise RecipeError(f"{source}: key '{'.'.join(parts[:i + 1])}' is not a section")
         node = child
-    node[parts[-1]] = _parse_yaml(raw, f"{source}: override '{dotted}'")
+    node[parts[-1]] = _parse_yaml(raw, f"{source}: override '{dotted}'", lines=False)
 
 
 # --- validation errors as one line -----------------------------------------------------------
@@ -262,6 +269,37 @@ def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     for override in overrides:
         apply_override(data, override, f"{path}")
     return validate_recipe(data, str(path))
+
+
+VALIDATION_METRICS = ("loss", "loss_i2t", "loss_t2i", "i2t_acc", "t2i_acc", "hard_negative_acc", "partner_acc")
+
+
+def check_best_metric(recipe: Recipe, produced: Optional[list[str]] = None) -> None:
+    """`checkpoint.best_metric` must name a metric the run produces: `val/<metric>` with validation
+    data configured, or `eval/<benchmark>/<metric>` of a benchmark in `eval.benchmarks`. Before the
+    run only the benchmark part of an `eval/` name can be checked (benchmarks name their metrics
+    when they score); `produced` (the names the first evaluation gave) checks the whole name."""
+    name = recipe.checkpoint.best_metric
+    if not name:
+        return
+    d, e = recipe.data, recipe.eval
+    if produced is not None:
+        known = sorted(produced)
+    else:
+        known = [f"val/{m}" for m in VALIDATION_METRICS] if (d.val_shards or d.val_fraction) else []
+        known += [f"eval/{b}/..." for b in e.benchmarks]
+        if name.startswith("eval/") and name.count("/") >= 2 and name.split("/")[1] in e.benchmarks:
+            return
+    if name in known:
+        return
+    candidates = [k.removesuffix("/...") for k in known]
+    near = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
+    if not near and name.startswith("eval/") and produced is None:
+        near = difflib.get_close_matches("/".join(name.split("/")[:2]), candidates, n=3, cutoff=0.6)
+    hint = f"close: {', '.join(near)}" if near else (f"produced: {', '.join(known[:12])}" if known else
+                                                    "this run produces no metric (no eval.benchmarks, no validation data)")
+    raise RecipeError(f"checkpoint.best_metric '{name}' is not a metric this run produces ({hint}); "
+                      f"fix the name or set checkpoint.best_metric=null")
 
 
 def recipe_to_dict(recipe: Recipe) -> dict:

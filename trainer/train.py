@@ -1,24 +1,30 @@
-"""Entry point: `accelerate launch trainer/train.py RECIPE [key.sub=value ...]`.
+"""Entry point: `python -m trainer RECIPE [key.sub=value ...]` (the same as `python trainer/train.py`),
+or `accelerate launch trainer/train.py RECIPE [...]` for several processes.
 
 Runs single-process, multi-process DDP (NCCL on GPU, gloo on CPU) and DeepSpeed ZeRO-1/2 from
 the same code; the launcher decides which. Order of work:
 
-1. pre-flight (`preflight`, also `--check` alone): recipe + overrides validated; training and
-   validation shard sets found and checked against the recipe (partners, negatives); the
-   evaluation data of every benchmark present; no training image in an evaluation set (unless
-   `eval.allow_overlap`); the run folder free of another run's checkpoints (unless resuming or
-   `checkpoint.overwrite`). Any problem -> one message on stderr, exit code 2, before any model
-   is built;
-2. model, optimiser, schedule, data streams; resume from the latest checkpoint if asked;
-3. steps: compose -> forward -> global masked InfoNCE -> backward (accumulation with feature
-   caching, see `Trainer.step`) -> clip -> AdamW -> schedule -> logit-scale clamp; logging, evals
-   and checkpoints as the recipe says. At the end of an epoch the checkpoint is written first,
-   then validation and the benchmarks run, then the `best` pointer moves;
-4. a non-finite loss or too much bad data stops the run: one line, exit code 3.
+1. pre-flight (`preflight`, also `--check` alone): recipe + overrides validated; the model's
+   architecture and pretrained weights exist; training and validation shard sets found, finished
+   (`data.allow_incomplete`) and checked against the recipe (partners, negatives); the evaluation
+   data of every benchmark present; no training image in an evaluation set (unless
+   `eval.allow_overlap`); `checkpoint.best_metric` names a metric the run produces; the run folder
+   writable, not in use by another run (`run.lock`) and free of another run's checkpoints (unless
+   resuming or `checkpoint.overwrite`). Any problem -> one line on stderr, exit 2, before any
+   model is built;
+2. model, optimiser, schedule, data streams; resume from the latest readable checkpoint if asked
+   (`trainer.loop.Trainer`);
+3. steps: compose -> forward -> global masked InfoNCE -> backward -> clip -> AdamW -> schedule ->
+   logit-scale clamp; logging, evals and checkpoints as the recipe says (epoch ends, every N
+   steps, every M minutes). At the end of an epoch the checkpoint is written first, then
+   validation and the benchmarks run (their metrics printed on stderr), then `best` moves;
+4. a non-finite loss, too much bad data or a failed checkpoint write (disk full) stops the run:
+   one line, exit 3. The last lines on stdout name the last and the best checkpoint.
 
+Nothing heavy is imported before the arguments are parsed (`--help` answers at once).
 `accelerate launch` itself always exits 1 when its script fails (its launcher does not pass the
-script's code on); the message on stderr is the trainer's. Run `python trainer/train.py RECIPE
---check` first where the exit code matters (job scripts): it runs step 1 alone.
+script's code on); the message on stderr is the trainer's. Run `python -m trainer RECIPE --check`
+first where the exit code matters (job scripts): it runs step 1 alone.
 """
 from __future__ import annotations
 
@@ -32,366 +38,97 @@ if sys.path and Path(sys.path[0]).resolve() == ROOT / "trainer":
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import argparse  # noqa: E402
-import math  # noqa: E402
-import time  # noqa: E402
-from typing import Optional  # noqa: E402
+from compclip import cli  # noqa: E402  (light: argparse and the standard library)
 
-import torch  # noqa: E402
-
-from models import CheckpointMeta, load_model  # noqa: E402
-from trainer import checkpointing, evaluation, streams  # noqa: E402
-from trainer.data import DataError, check_features, make_loader, resolve_sources  # noqa: E402
-from trainer.loss import ContrastiveLoss, Layout  # noqa: E402
-from trainer.monitor import Monitor, memory_mb  # noqa: E402
-from trainer.optim import build_optimizer, build_scheduler  # noqa: E402
-from trainer.recipe import Recipe, RecipeError, load_recipe, recipe_to_dict  # noqa: E402
-from trainer.transforms import split_normalize  # noqa: E402
-
-PAUSE_ENV = "COMPCLIP_TEST_PAUSE_AT_STEP"  # tests only: sleep forever after this step (SIGKILL test)
+PROG = "python -m trainer"
+_LOOP_NAMES = ("Trainer", "TrainingError", "PAUSE_ENV", "make_accelerator", "using_deepspeed",
+               "one_dim_logit_scale")
 
 
-class TrainingError(RuntimeError):
-    """A fault that stops the run (non-finite loss); the message is one line."""
-
-
-def using_deepspeed() -> bool:
-    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
-
-
-def make_accelerator(recipe: Recipe):
-    from accelerate import Accelerator
-    from accelerate.utils import InitProcessGroupKwargs
-    gpu = torch.cuda.is_available()
-    precision = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[recipe.precision] if gpu else "no"
-    multi = int(os.environ.get("WORLD_SIZE", "1")) > 1 or using_deepspeed()
-    handlers = [InitProcessGroupKwargs(backend="gloo")] if multi and not gpu else []
-    # the recipe owns accumulation; a launcher config may export "auto", which Accelerator cannot parse
-    os.environ["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"] = str(recipe.optim.accum_steps)
-    # on CPU: DDP needs cpu=True (else a gloo allgather length error); DeepSpeed needs it off
-    accelerator = Accelerator(cpu=not gpu and not using_deepspeed(), mixed_precision=precision,
-                              gradient_accumulation_steps=recipe.optim.accum_steps, kwargs_handlers=handlers)
-    plugin = accelerator.state.deepspeed_plugin
-    if plugin is not None:  # no prepared DataLoader tells DeepSpeed the micro-batch size
-        plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = recipe.data.batch_size
-        plugin.deepspeed_config["gradient_accumulation_steps"] = recipe.optim.accum_steps
-        plugin.deepspeed_config["gradient_clipping"] = recipe.optim.grad_clip or 0.0  # 0: no clipping
-    return accelerator
-
-
-def one_dim_logit_scale(model: torch.nn.Module) -> None:
-    """DeepSpeed cannot broadcast 0-dim parameters (`view(torch.uint8)` fails), and CLIP's logit
-    scale is one. Make it shape [1] for training; state dicts still hold the 0-dim tensor that
-    plain open_clip loads (a save hook squeezes it, a load hook unsqueezes it)."""
-    model.logit_scale = torch.nn.Parameter(model.logit_scale.detach().reshape(1),
-                                           requires_grad=model.logit_scale.requires_grad)
-
-    def squeeze(module, state_dict, prefix, _meta):
-        key = prefix + "logit_scale"
-        if key in state_dict:
-            state_dict[key] = state_dict[key].reshape(())
-        return state_dict
-
-    def unsqueeze(state_dict, prefix, *_args):
-        key = prefix + "logit_scale"
-        if key in state_dict and state_dict[key].dim() == 0:
-            state_dict[key] = state_dict[key].reshape(1)
-
-    model._register_state_dict_hook(squeeze)
-    model._register_load_state_dict_pre_hook(unsqueeze)
-
-
-class Trainer:
-    def __init__(self, recipe: Recipe, sources, val_sources=None, overlap: Optional[dict] = None):
-        from accelerate.utils import set_seed
-        self.recipe, self.sources = recipe, sources
-        self.overlap = overlap or {}  # benchmark -> training images in it (eval.allow_overlap)
-        self.acc = make_accelerator(recipe)
-        set_seed(recipe.seed)
-        self.run_dir = run_dir(recipe)
-        self.ckpt_dir = self.run_dir / "checkpoints"
-
-        m = recipe.model
-        self.loaded = load_model(m.arch, m.pretrained, activation=m.activation, lineage=m.lineage)
-        model = self.loaded.model
-        if m.pretrained is None:
-            with torch.no_grad():
-                model.logit_scale.fill_(recipe.loss.logit_scale_init)
-        model.logit_scale.requires_grad_(recipe.loss.learn_logit_scale)
-        if m.freeze_image:
-            model.lock_image_tower()
-        if m.freeze_text:
-            model.lock_text_tower()
-        if m.grad_checkpointing:
-            model.set_grad_checkpointing(True)
-        if using_deepspeed():
-            one_dim_logit_scale(model)
-        if m.compile:  # in place: the module, its state dict and checkpoints stay plain open_clip
-            model.compile()
-
-        world, d = self.acc.num_processes, recipe.data
-        self.accum = recipe.optim.accum_steps
-        rank, progress = self.acc.process_index, recipe.logging.progress and self.acc.is_main_process
-        with self.acc.main_process_first():  # rank 0 builds and caches the sample indexes
-            self.stream = streams.train_stream(recipe, sources, self.loaded, rank, world, progress)
-            self.val_stream = streams.val_stream(recipe, sources, val_sources, self.loaded, rank, world, progress)
-        if d.sampling == "exact":
-            self.steps_per_epoch = self.stream.available_batches // self.accum
-            if self.steps_per_epoch == 0:
-                raise RecipeError(f"data: one pass over the training data is {self.stream.available_batches} "
-                                  f"batch(es) of {d.batch_size} per process, less than one step "
-                                  f"(accum_steps {self.accum}, {world} processes)")
-        else:
-            self.steps_per_epoch = d.samples_per_epoch // (d.batch_size * world * self.accum)
-            if self.steps_per_epoch == 0:
-                raise RecipeError(f"data.samples_per_epoch={d.samples_per_epoch} is less than one step "
-                                  f"(batch_size {d.batch_size} x {world} processes x accum_steps {self.accum})")
-        self.stream.batches_per_epoch = self.steps_per_epoch * self.accum
-        self.total_steps = self.steps_per_epoch * recipe.schedule.epochs
-        if recipe.schedule.warmup_steps > self.total_steps:
-            self.acc.print(f"warning: schedule.warmup_steps={recipe.schedule.warmup_steps} is longer than the "
-                           f"run ({self.total_steps} steps); the learning rate never reaches optim.lr")
-        optimizer = build_optimizer(model, recipe.optim)
-        self.scheduler = build_scheduler(optimizer, self.total_steps, recipe.schedule)
-        self.model, self.optimizer = self.acc.prepare(model, optimizer)
-        _, normalize = split_normalize(self.loaded.preprocess_train)  # workers send uint8 images
-        self.to_input = normalize or (lambda images: images)
-        self.loss_fn = ContrastiveLoss(recipe.loss.logit_scale_max, recipe.loss.gather_with_grad,
-                                       recipe.loss.mask_same_image, clamp_in_forward=using_deepspeed())
-        self.state = checkpointing.TrainState()
-        self.data_layout = {"world_size": world, "workers": d.workers}
-        if d.source_batch:  # positions are then counted per source
-            self.data_layout["source_batch"] = d.source_batch
-        if d.sampling == "exact":
-            self.data_layout["sampling"] = "exact"
-        self.acc.register_for_checkpointing(self.scheduler, self.state)
-        self.local_streams: dict = {}
-        if recipe.checkpoint.overwrite and recipe.checkpoint.resume is None:
-            checkpointing.clear_run(self.run_dir, self.acc)
-        self.monitor = Monitor(self.run_dir, self.acc.is_main_process, recipe.logging.tensorboard,
-                               recipe.logging.progress)
-
-    # --- one optimiser step ---------------------------------------------------------------------
-    def step(self, batches, details: bool = False):
-        """Forward/backward over `accum_steps` micro-batches as ONE contrastive batch.
-
-        accum_steps = 1: plain. accum_steps > 1: feature caching (open_clip's accum_freq): a
-        no-grad pass embeds every micro-batch, then each micro-batch is re-embedded with grad and
-        the loss of the *whole* accumulated batch is computed with the others' cached features;
-        the gradients summed over micro-batches equal those of the big batch (the logit scale
-        takes its gradient from the last micro-batch only, so it is counted once).
-        Returns the loss, and with `details` also the loss's in-batch numbers (`trainer.loss`).
-        """
-        layouts = [Layout.from_batch(b, self.recipe.loss.partners_as_positives) for b in batches]
-        if self.accum == 1:
-            cached, layout = None, layouts[0]
-        else:
-            with torch.no_grad():
-                cached = [self.model(image=self.to_input(b.images), text=b.texts)[:2] for b in batches]
-            layout = Layout.cat(layouts)
-        value, info = None, {}
-        for m, batch in enumerate(batches):
-            with self.acc.accumulate(self.model):
-                img, txt, scale = self.model(image=self.to_input(batch.images), text=batch.texts)
-                if cached is not None:
-                    img = torch.cat([img if k == m else c[0] for k, c in enumerate(cached)])
-                    txt = torch.cat([txt if k == m else c[1] for k, c in enumerate(cached)])
-                    scale = scale if m == len(batches) - 1 else scale.detach()
-                if details and value is None:
-                    loss, info = self.loss_fn(img, txt, scale, layout, details=True)
-                else:
-                    loss = self.loss_fn(img, txt, scale, layout)
-                if value is None:
-                    value = loss.item()
-                    if not math.isfinite(value):
-                        self._non_finite(value, batches)
-                self.acc.backward(loss * self.accum)  # accelerate divides by accum_steps
-                if self.acc.sync_gradients and self.recipe.optim.grad_clip and not using_deepspeed():
-                    self.acc.clip_grad_norm_(self.model.parameters(), self.recipe.optim.grad_clip)
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-        if not self.acc.optimizer_step_was_skipped:
-            self.scheduler.step()
-        cap = self.recipe.loss.logit_scale_max
-        if cap is not None and not using_deepspeed():  # as open_clip / NegCLIP: clamp the parameter after the step
-            with torch.no_grad():
-                self.acc.unwrap_model(self.model).logit_scale.clamp_(0, math.log(cap))
-        return (value, info) if details else value
-
-    def _non_finite(self, value: float, batches) -> None:
-        from accelerate.utils import gather_object
-        keys = gather_object([k for b in batches for k in b.keys])
-        shown = ", ".join(keys[:16]) + (f", ... ({len(keys)} in all)" if len(keys) > 16 else "")
-        raise TrainingError(f"loss is {value} at step {self.state.step + 1} (epoch {self.state.epoch}); "
-                            f"batch sample keys: {shown}")
-
-    # --- evaluation and checkpoints ---------------------------------------------------------------
-    @torch.no_grad()
-    def validate(self) -> dict[str, float]:
-        """Loss and in-batch accuracies on the validation batches (every rank takes part)."""
-        if self.val_stream is None:
-            return {}
-        self.model.eval()
-        totals: dict[str, float] = {}
-        counts: dict[str, int] = {}
-        for batch, _ in make_loader(self.val_stream, 0, self.recipe.seed, 0):
-            batch = batch.to(self.acc.device)
-            img, txt, scale = self.model(image=self.to_input(batch.images), text=batch.texts)
-            loss, info = self.loss_fn(img, txt, scale, Layout.from_batch(batch, self.recipe.loss.partners_as_positives),
-                                      details=True)
-            for name, value in {"loss": float(loss), **info}.items():
-                totals[name] = totals.get(name, 0.0) + value
-                counts[name] = counts.get(name, 0) + 1
-        self.model.train()
-        return {f"val/{name}": totals[name] / counts[name] for name in totals if name != "masked_pairs"}
-
-    def evaluate(self) -> dict[str, float]:
-        """Validation, then the recipe's benchmarks; the metrics go to the monitor and the state."""
-        cfg = self.recipe.eval
-        metrics = self.validate()
-        if cfg.benchmarks and (cfg.distributed or self.acc.is_main_process):
-            metrics.update(evaluation.evaluate_model(
-                self.acc.unwrap_model(self.model), self.loaded.preprocess, self.loaded.tokenizer, cfg,
-                self.acc.device, self.recipe.name, progress=self.recipe.logging.progress))
-        self.acc.wait_for_everyone()
-        if metrics:
-            self.monitor.evaluation(metrics, self.state.step, self.state.epoch, self.overlap)
-            self.acc.print(f"epoch {self.state.epoch} step {self.state.step}: " +
-                           ", ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items())))
-        self.state.metrics = metrics
-        return metrics
-
-    def checkpoint(self) -> None:
-        """Write the checkpoint of the current step; its metrics come with `record_metrics`."""
-        info = self.loaded.info
-        self.state.metrics = {}
-        meta = CheckpointMeta(arch=info.arch, activation=info.activation, lineage=info.lineage,
-                              pretrained=self.recipe.model.pretrained, step=self.state.step,
-                              epoch=self.state.epoch, recipe=recipe_to_dict(self.recipe),
-                              overlap=dict(self.overlap))
-        checkpointing.save(self.acc, self.ckpt_dir, self.model, self.state, self.local_streams, meta,
-                           False, self.recipe.checkpoint.keep_last)
-
-    def record_metrics(self) -> None:
-        """After an evaluation at a step that has a checkpoint: its sidecar gets the metrics, and
-        `best` moves to it when `checkpoint.best_metric` improved (an evaluation between
-        checkpoints is logged only: there is no checkpoint to point at)."""
-        c, metrics = self.recipe.checkpoint, self.state.metrics
-        if self.acc.is_main_process and metrics and checkpointing.latest_step(self.ckpt_dir) == self.state.step:
-            name = c.best_metric.removeprefix("eval/") if c.best_metric else None
-            value = metrics.get(name) if name else None
-            better = value is not None and (self.state.best is None or
-                                            (value > self.state.best if c.best_mode == "max" else value < self.state.best))
-            if better:
-                self.state.best = value
-            checkpointing.record_metrics(self.ckpt_dir, metrics, best=better)
-        self.acc.wait_for_everyone()
-
-    # --- the loop --------------------------------------------------------------------------------
-    def fit(self) -> None:
-        r = self.recipe
-        resume = checkpointing.find_resume(r.checkpoint.resume, self.run_dir)
-        pending_eval = False
-        if resume is not None:
-            self.local_streams = checkpointing.restore(self.acc, resume, self.state)
-            self.acc.print(f"resumed from {resume} (step {self.state.step}, epoch {self.state.epoch})")
-            self.state.metrics, self.state.best = checkpointing.recorded_metrics(resume, r.checkpoint.best_metric)
-            # killed between an epoch's checkpoint and its evaluation: evaluate it now
-            pending_eval = self.state.batch_in_epoch == 0 and self.state.step > 0 and not self.state.metrics
-            if self.state.layout and self.state.layout != self.data_layout:
-                self.acc.print(f"warning: checkpoint data layout {self.state.layout} != {self.data_layout}; "
-                               "the rest of this epoch is drawn from fresh streams (data order differs)")
-                self.local_streams = {}
-        self.state.layout = self.data_layout
-        if self.acc.is_main_process:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-        if pending_eval and (r.eval.every_epoch and (r.eval.benchmarks or self.val_stream is not None)):
-            self.evaluate()
-            self.record_metrics()
-        global_batch = r.data.batch_size * self.acc.num_processes * self.accum
-        pause_at = int(os.environ.get(PAUSE_ENV, "0"))
-        batches_per_epoch = self.steps_per_epoch * self.accum
-        loader = make_loader(self.stream, r.data.workers, r.seed, persistent=True)
-        for epoch in range(self.state.epoch, r.schedule.epochs):
-            self.stream.set_position(epoch, self.state.batch_in_epoch, self.local_streams)
-            batches = iter(loader)
-            self.monitor.start_epoch(epoch, self.steps_per_epoch, self.state.batch_in_epoch // self.accum)
-            tick, tick_samples = time.perf_counter(), 0
-            while self.state.batch_in_epoch < batches_per_epoch:
-                micro = [next(batches) for _ in range(self.accum)]
-                for _, info in micro:
-                    self.local_streams[info["stream"]] = {k: v for k, v in info.items() if k != "stream"}
-                log_now = (self.state.step + 1) % r.logging.every_n_steps == 0
-                on_device = [b.to(self.acc.device, non_blocking=True) for b, _ in micro]
-                loss, info = self.step(on_device, details=True) if log_now else (self.step(on_device), {})
-                self.state.batch_in_epoch += self.accum
-                self.state.step += 1
-                self.state.samples_seen += global_batch
-                tick_samples += global_batch
-                rate = tick_samples / max(time.perf_counter() - tick, 1e-9)
-                self.monitor.advance(loss, rate)
-                if log_now:
-                    model = self.acc.unwrap_model(self.model)
-                    bad = sum(s.get("bad", 0) for s in self.local_streams.values())
-                    self.monitor.scalars({
-                        "train/loss": loss, "train/lr": self.scheduler.get_last_lr()[0],
-                        "train/logit_scale": float(model.logit_scale.detach().exp().reshape(-1)[0]),
-                        "train/samples_per_s": rate, "train/memory_mb": memory_mb(),
-                        "data/bad_samples": bad, **{f"train/{k}": v for k, v in info.items()}}, self.state.step)
-                    tick, tick_samples = time.perf_counter(), 0
-                mid_epoch = self.state.batch_in_epoch < batches_per_epoch
-                if mid_epoch and r.checkpoint.every_n_steps and self.state.step % r.checkpoint.every_n_steps == 0:
-                    self.checkpoint()
-                if r.eval.every_n_steps and self.state.step % r.eval.every_n_steps == 0:
-                    self.evaluate()
-                    self.record_metrics()
-                if pause_at and self.state.step == pause_at:
-                    print(f"paused at step {pause_at}", file=sys.stderr, flush=True)
-                    while True:  # the SIGKILL test kills the run here
-                        time.sleep(1)
-            self.monitor.end_epoch()
-            self.state.epoch, self.state.batch_in_epoch, self.local_streams = epoch + 1, 0, {}
-            self.checkpoint()  # before evaluation: a crash in an evaluation loses no training
-            if r.eval.every_epoch:
-                self.evaluate()
-                self.record_metrics()
-        self.monitor.close()
-        self.check_replicas()
-        self.acc.end_training()
-
-    def check_replicas(self) -> None:
-        """Every rank must end with the same parameters; print their digest (rank 0)."""
-        import hashlib
-        from accelerate.utils import gather_object
-        digest = hashlib.sha256()
-        for _, p in sorted(self.acc.unwrap_model(self.model).state_dict().items()):
-            digest.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-        digests = gather_object([digest.hexdigest()])
-        if len(set(digests)) != 1:
-            raise TrainingError(f"parameters differ across ranks after training: {digests}")
-        self.acc.print(f"parameters identical across {len(digests)} rank(s): sha256 {digests[0][:16]}")
+def __getattr__(name: str):
+    """`train.Trainer` and friends live in `trainer.loop`, imported on first use."""
+    if name in _LOOP_NAMES:
+        from trainer import loop
+        return getattr(loop, name)
+    raise AttributeError(f"module 'trainer.train' has no attribute '{name}'")
 
 
 def one_line(err: BaseException) -> str:
     """The message of an error, one line (DataLoader workers wrap theirs in a traceback)."""
-    lines = [line for line in str(err).splitlines() if line.strip()]
-    last = lines[-1] if lines else type(err).__name__
+    last = cli.one_line(err)
     for prefix in ("trainer.data.DataError: ", "DataError: "):
         last = last.removeprefix(prefix)
     return last
 
 
-def run_dir(recipe: Recipe) -> Path:
+def run_dir(recipe) -> Path:
     return Path(recipe.logging.output_dir) / (recipe.logging.run_name or recipe.name)
 
 
-def preflight(recipe: Recipe):
+def check_model(recipe) -> None:
+    """`model.arch` is a known architecture and `model.pretrained` a file/folder or one of its tags."""
+    import difflib
+
+    import open_clip
+
+    import models.registry  # noqa: F401  (registers our tiny architectures)
+    from trainer.recipe import RecipeError
+    m = recipe.model
+    names = open_clip.list_models()
+    if m.arch not in names:
+        near = difflib.get_close_matches(m.arch, names, n=4, cutoff=0.6)
+        hint = f"close: {', '.join(near)}" if near else "see open_clip.list_models()"
+        raise RecipeError(f"model.arch '{m.arch}': unknown architecture ({hint})")
+    p = m.pretrained
+    if p is None or p.startswith("hf-hub:") or Path(p).exists():
+        return
+    tags = open_clip.list_pretrained_tags_by_model(m.arch)
+    if p in tags:
+        return
+    shown = ", ".join(tags[:6]) + (", ..." if len(tags) > 6 else "") if tags else "none"
+    if os.sep in p or Path(p).suffix in (".pt", ".pth", ".bin", ".safetensors"):
+        raise RecipeError(f"model.pretrained '{p}': no such file; give an existing checkpoint file or run folder, "
+                          f"an open_clip tag of {m.arch} ({shown}), or null for random weights")
+    near = difflib.get_close_matches(p, tags, n=3, cutoff=0.6)
+    hint = f"close: {', '.join(near)}" if near else f"its tags: {shown}"
+    raise RecipeError(f"model.pretrained '{p}': neither a file nor an open_clip tag of {m.arch} ({hint})")
+
+
+def check_writable(folder: Path) -> None:
+    """The run folder (or the nearest existing parent it would be made in) accepts new files."""
+    import tempfile
+    probe = Path(folder)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    targets = [probe] + [probe / sub for sub in ("checkpoints", "tensorboard") if (probe / sub).is_dir()]
+    for target in targets:
+        try:
+            with tempfile.TemporaryFile(dir=target):
+                pass
+        except OSError as err:
+            raise cli.InputError(f"logging.output_dir: cannot write in {target} ({err.strerror or err}); make it "
+                                 f"writable or choose another logging.output_dir / logging.run_name") from None
+
+
+def preflight(recipe):
     """Every check that needs no model (step 1 of the module docstring); raises on a problem.
     Returns (training sources, validation sources or None, overlap {benchmark: images})."""
+    from trainer import checkpointing, evaluation, runlock, streams
+    from trainer.data import DataError, check_features, resolve_sources
+    from trainer.recipe import RecipeError, check_best_metric
     d = recipe.data
-    sources = resolve_sources(d.train_shards)
+    check_model(recipe)
+    check_best_metric(recipe)
+    folder = run_dir(recipe)
+    check_writable(folder)
+    try:
+        runlock.check(folder)
+    except runlock.RunLocked as err:
+        raise cli.InputError(str(err)) from None
+    sources = resolve_sources(d.train_shards, allow_incomplete=d.allow_incomplete)
     check_features(sources, d.partner, recipe.negatives.per_image, mixed=d.source_batch is not None)
-    val_sources = resolve_sources(d.val_shards, "data.val_shards") if d.val_shards else None
+    val_sources = (resolve_sources(d.val_shards, "data.val_shards", allow_incomplete=d.allow_incomplete)
+                   if d.val_shards else None)
     if d.sampling == "exact" or d.val_fraction:
         streams.require_folders(sources, "data.train_shards")
     if val_sources:
@@ -405,39 +142,49 @@ def preflight(recipe: Recipe):
                         f"benchmark images excluded (docs/data_prep.md) or set eval.allow_overlap=true "
                         f"(the numbers are then flagged)")
     c = recipe.checkpoint
-    if c.resume is None and not c.overwrite and checkpointing.existing_checkpoints(run_dir(recipe)):
-        raise RecipeError(f"{run_dir(recipe) / 'checkpoints'} already holds checkpoints of another run; "
+    if c.resume is None and not c.overwrite and checkpointing.existing_checkpoints(folder):
+        raise RecipeError(f"{folder / 'checkpoints'} already holds checkpoints of another run; "
                           f"continue it with checkpoint.resume=auto, or start over with checkpoint.overwrite=true")
     return sources, val_sources, overlap
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("recipe")
-    parser.add_argument("overrides", nargs="*", help="key.sub=value (value parsed as YAML)")
+def build_parser():
+    parser = cli.make_parser(PROG, __doc__.split("\n\n")[0].replace("\n", " "),
+                             epilog="Every recipe key is documented in docs/recipes.md; the trainer in docs/trainer.md.")
+    parser.add_argument("recipe", help="the recipe YAML file (recipes/*.yaml)")
+    parser.add_argument("overrides", nargs="*", metavar="key.sub=value",
+                        help="recipe overrides, each value parsed as YAML (e.g. optim.lr=1e-5 checkpoint.resume=auto)")
     parser.add_argument("--check", action="store_true",
-                        help="run the pre-flight checks only (data, evaluation data, overlap, run folder)")
-    args = parser.parse_args(argv)
-    try:
-        recipe = load_recipe(args.recipe, args.overrides)
-        sources, val_sources, overlap = preflight(recipe)
-    except (RecipeError, DataError, ImportError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+                        help="run the pre-flight checks only (recipe, model, data, evaluation data, overlap, run folder)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show the full traceback of an error")
+    return parser
+
+
+def _train(args) -> int:
+    from trainer.data import DataError
+    from trainer.recipe import load_recipe
+    recipe = load_recipe(args.recipe, args.overrides)
+    sources, val_sources, overlap = preflight(recipe)
     if args.check:
         print(f"{args.recipe}: pre-flight checks passed", file=sys.stderr)
         return 0
+    from trainer.loop import Trainer, TrainingError
     try:
         trainer = Trainer(recipe, sources, val_sources, overlap)
-    except (RecipeError, DataError) as err:
-        print(f"error: {one_line(err)}", file=sys.stderr)
-        return 2
+    except DataError as err:
+        raise DataError(one_line(err)) from err
     try:
         trainer.fit()
-    except (TrainingError, DataError) as err:
-        print(f"error: {one_line(err)}", file=sys.stderr)
-        return 3
+    except (TrainingError, DataError) as err:  # found during the run: a fault, exit 3
+        raise cli.RunFault(one_line(err)) from err
+    finally:
+        trainer.release()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return cli.run(lambda: _train(args), verbose=args.verbose)
 
 
 if __name__ == "__main__":
