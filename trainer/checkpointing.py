@@ -87,7 +87,7 @@ def save(accelerator, ckpt_dir: Path, model, state: TrainState, local_streams: d
         accelerator.save_state(str(tmp))
     except Exception as err:  # noqa: BLE001 -- any write failure: say what, keep the previous one
         shutil.rmtree(tmp, ignore_errors=True)
-        raise write_fault(err, tmp) from err
+        raise write_fault(err, final) from err
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         shutil.rmtree(final, ignore_errors=True)

@@ -84,6 +84,14 @@ def one_dim_logit_scale(model: torch.nn.Module) -> None:
     model._register_load_state_dict_pre_hook(unsqueeze)
 
 
+def pause(step: int) -> None:
+    """Tests only (`COMPCLIP_TEST_PAUSE_AT_STEP`): sleep forever after `step`; the SIGKILL tests kill
+    the run here, in-process tests replace this function to stop the run."""
+    print(f"paused at step {step}", file=sys.stderr, flush=True)
+    while True:
+        time.sleep(1)
+
+
 def from_main(accelerator, value):
     """The main process's `value`, on every rank."""
     from accelerate.utils import broadcast_object_list
@@ -417,13 +425,12 @@ class Trainer:
                 by_steps = r.checkpoint.every_n_steps and self.state.step % r.checkpoint.every_n_steps == 0
                 if mid_epoch and (self.checkpoint_due() or by_steps):
                     self.checkpoint()
-                if r.eval.every_n_steps and self.state.step % r.eval.every_n_steps == 0:
+                step_eval = r.eval.every_n_steps and self.state.step % r.eval.every_n_steps == 0
+                if step_eval and (mid_epoch or not r.eval.every_epoch):  # else the epoch end evaluates
                     self.evaluate()
                     self.record_metrics()
                 if pause_at and self.state.step == pause_at:
-                    print(f"paused at step {pause_at}", file=sys.stderr, flush=True)
-                    while True:  # the SIGKILL test kills the run here
-                        time.sleep(1)
+                    pause(pause_at)
             self.monitor.end_epoch()
             self.state.epoch, self.state.batch_in_epoch, self.local_streams = epoch + 1, 0, {}
             self.checkpoint()  # before evaluation: a crash in an evaluation loses no training

@@ -121,10 +121,11 @@ def preflight(recipe):
     check_best_metric(recipe)
     folder = run_dir(recipe)
     check_writable(folder)
-    try:
-        runlock.check(folder)
-    except runlock.RunLocked as err:
-        raise cli.InputError(str(err)) from None
+    if os.environ.get("RANK", "0") == "0":  # the other ranks would see their own run's lock
+        try:
+            runlock.check(folder)
+        except runlock.RunLocked as err:
+            raise cli.InputError(str(err)) from None
     sources = resolve_sources(d.train_shards, allow_incomplete=d.allow_incomplete)
     check_features(sources, d.partner, recipe.negatives.per_image, mixed=d.source_batch is not None)
     val_sources = (resolve_sources(d.val_shards, "data.val_shards", allow_incomplete=d.allow_incomplete)
