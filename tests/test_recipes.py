@@ -237,6 +237,7 @@ def test_recipe_trains_two_steps_with_its_layout(path, tmp_path, monkeypatch, on
         "model.arch=tiny-vit-64", "model.pretrained=null", "model.activation=auto", "model.lineage=auto",
         "precision=fp32", "schedule.epochs=1", "schedule.warmup_steps=1",
         "eval.benchmarks=[]", "eval.every_n_steps=0", "checkpoint.resume=null", "checkpoint.every_n_steps=0",
+        "checkpoint.best_metric=null",  # no validation data nor benchmark here to select on
         f"logging.output_dir={tmp_path / 'runs'}", "logging.progress=false", "logging.every_n_steps=1",
     ]
     if d.source_batch:

@@ -144,11 +144,49 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path, shards, mode):
     resumed = subprocess.run(train + [killed_recipe, *extra], cwd=ROOT, env=env(), capture_output=True, text=True,
                              timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed from" in resumed.stdout and "step 5" in resumed.stdout
+    assert "resumed from" in resumed.stderr and "(step 5, epoch 1)" in resumed.stderr
     want, got = final_weights(tmp_path / "full"), final_weights(tmp_path / "killed")
     assert want.keys() == got.keys()
     for key in want:
         assert torch.equal(want[key], got[key]), key
+
+
+def test_two_processes_share_the_lock_and_agree_on_time_based_checkpoints(tmp_path, shards):
+    """2-process DDP: a folder another live run holds is refused (one line naming it, no hang).
+    Then tests/_skewed_clock.py: by rank 0's clock a checkpoint is due after every step
+    (`checkpoint.every_minutes=1`, its clock a million times fast), by rank 1's never; the save is
+    collective, so the run finishes, with a checkpoint at every step, only if both follow rank 0.
+    Its own lock never stops its second rank."""
+    import socket
+    rec = recipe(tmp_path, shards, "t", spe=32)
+    launch = [ACCELERATE, "launch", "--multi_gpu", *CPU2]
+    holder = subprocess.Popen(["sleep", "120"])
+    try:
+        lock = tmp_path / "t" / "mp" / "run.lock"
+        lock.parent.mkdir(parents=True)
+        lock.write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname(),
+                                    "started": psutil.Process(holder.pid).create_time()}))
+        refused = subprocess.run(launch + ["trainer/train.py", rec], cwd=ROOT, env=env(), capture_output=True,
+                                 text=True, timeout=120)
+        assert refused.returncode != 0
+        assert f"is in use by another run (pid {holder.pid} on " in refused.stderr, refused.stderr[-3000:]
+    finally:
+        holder.kill()
+        holder.wait()
+    proc = subprocess.Popen(launch + ["tests/_skewed_clock.py", rec, "checkpoint.every_minutes=1",
+                                      "checkpoint.every_n_steps=0", "checkpoint.keep_last=20"],
+                            cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc)  # the ranks disagreed and hang in mismatched collectives
+        pytest.fail("the 2-process run hung: the ranks did not agree on when to checkpoint")
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "taking over the lock" in stderr  # the holder is dead now
+    assert "parameters identical across 2 rank(s)" in stdout
+    steps = sorted(int(p.stem.split("-")[1]) for p in (tmp_path / "t" / "mp" / "checkpoints").glob("step-*.pt"))
+    assert steps == list(range(1, 9)), steps
+    assert not lock.exists()
 
 
 ONE_STEP = ["optim.lr=1.0", "optim.eps=1.0", "optim.weight_decay=0.0", "optim.grad_clip=1000.0",

@@ -84,6 +84,11 @@ def one_dim_logit_scale(model: torch.nn.Module) -> None:
     model._register_load_state_dict_pre_hook(unsqueeze)
 
 
+def clock() -> float:
+    """Seconds for `checkpoint.every_minutes` (a module function, so a test can skew one rank's)."""
+    return time.monotonic()
+
+
 def pause(step: int) -> None:
     """Tests only (`COMPCLIP_TEST_PAUSE_AT_STEP`): sleep forever after `step`; the SIGKILL tests kill
     the run here, in-process tests replace this function to stop the run."""
@@ -197,7 +202,7 @@ class Trainer:
         self.pending_eval = self._resume()
         self.monitor = Monitor(self.run_dir, self.acc.is_main_process, recipe.logging.tensorboard,
                                recipe.logging.progress, resumed_step=self.state.step, pending_eval=self.pending_eval)
-        self.last_checkpoint_time = time.monotonic()
+        self.last_checkpoint_time = clock()
         self.best_metric_checked = False
 
     def _resume(self) -> bool:
@@ -349,7 +354,7 @@ class Trainer:
                               overlap=dict(self.overlap))
         checkpointing.save(self.acc, self.ckpt_dir, self.model, self.state, self.local_streams, meta,
                            False, self.recipe.checkpoint.keep_last)
-        self.last_checkpoint_time = time.monotonic()
+        self.last_checkpoint_time = clock()
 
     def checkpoint_due(self) -> bool:
         """`checkpoint.every_minutes` passed since the last checkpoint, by the main process's clock
@@ -357,7 +362,7 @@ class Trainer:
         minutes = self.recipe.checkpoint.every_minutes
         if not minutes:
             return False
-        due = time.monotonic() - self.last_checkpoint_time >= minutes * 60
+        due = clock() - self.last_checkpoint_time >= minutes * 60
         if self.acc.num_processes > 1:
             from accelerate.utils import broadcast
             flag = torch.tensor([int(due)], device=self.acc.device)
@@ -383,7 +388,7 @@ class Trainer:
     def fit(self) -> None:
         r = self.recipe
         pending_eval = self.pending_eval
-        self.last_checkpoint_time = time.monotonic()
+        self.last_checkpoint_time = clock()
         self.state.layout = self.data_layout
         if self.acc.is_main_process:
             self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -297,7 +297,10 @@ def check_best_metric(recipe: Recipe, produced: Optional[list[str]] = None) -> N
     if not near and name.startswith("eval/") and produced is None:
         near = difflib.get_close_matches("/".join(name.split("/")[:2]), candidates, n=3, cutoff=0.6)
     hint = f"close: {', '.join(near)}" if near else (f"produced: {', '.join(known[:12])}" if known else
-                                                    "this run produces no metric (no eval.benchmarks, no validation data)")
+                                                    "no eval.benchmarks and no validation data")
+    if not known:
+        raise RecipeError(f"checkpoint.best_metric '{name}': this run produces no metric ({hint}); add "
+                          f"data.val_shards / data.val_fraction or eval.benchmarks, or set checkpoint.best_metric=null")
     raise RecipeError(f"checkpoint.best_metric '{name}' is not a metric this run produces ({hint}); "
                       f"fix the name or set checkpoint.best_metric=null")
 
