@@ -157,7 +157,7 @@ def test_unreadable_checkpoint_without_fallback_is_named(recipe, tmp_path, capsy
     capsys.readouterr()
     assert run([recipe, f"checkpoint.resume={run_dir(tmp_path)}"]) == 2
     err = last_error(capsys)
-    assert f"cannot resume from {weights}: {weights} is not a readable torch file" in err
+    assert f"checkpoint.resume: cannot resume: {weights} is not a readable torch file" in err
     assert run([recipe, "checkpoint.resume=auto"]) == 2
     err = last_error(capsys)
     assert str(weights) in err and "no earlier readable checkpoint" in err

@@ -344,7 +344,8 @@ def find_resume(resume: Optional[str], run_dir: Path, note: Optional[Callable[[s
         raise InputError(f"checkpoint.resume '{resume}': no such run folder or checkpoint")
     problem = checkpoint_problem(found)
     if problem:
-        raise InputError(f"checkpoint.resume: cannot resume from {found}: {problem}")
+        raise InputError(f"checkpoint.resume: cannot resume: {problem}; give another checkpoint, or start over with "
+                         f"checkpoint.resume=null checkpoint.overwrite=true")
     return found
 
 

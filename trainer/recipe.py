@@ -186,7 +186,9 @@ def _parse_yaml(text: str, where: str, lines: bool = True) -> Any:
         mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
         at = f"line {mark.line + 1}: " if lines and mark is not None else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        context = getattr(err, "context", None)
+        context, begun = getattr(err, "context", None), getattr(err, "context_mark", None)
+        if context and begun is not None and lines:
+            context = f"{context} begun on line {begun.line + 1}"
         what = f"{problem} ({context})" if context else problem
         raise RecipeError(f"{where}: {at}not valid YAML: {what}") from None
 

@@ -85,12 +85,12 @@ def check_model(recipe) -> None:
     tags = open_clip.list_pretrained_tags_by_model(m.arch)
     if p in tags:
         return
-    shown = ", ".join(tags[:6]) + (", ..." if len(tags) > 6 else "") if tags else "none"
+    shown = ", ".join(tags[:6]) + (", ..." if len(tags) > 6 else "") if tags else "it has no tags"
     if os.sep in p or Path(p).suffix in (".pt", ".pth", ".bin", ".safetensors"):
         raise RecipeError(f"model.pretrained '{p}': no such file; give an existing checkpoint file or run folder, "
                           f"an open_clip tag of {m.arch} ({shown}), or null for random weights")
     near = difflib.get_close_matches(p, tags, n=3, cutoff=0.6)
-    hint = f"close: {', '.join(near)}" if near else f"its tags: {shown}"
+    hint = f"close: {', '.join(near)}" if near else (f"tags: {shown}" if tags else shown)
     raise RecipeError(f"model.pretrained '{p}': neither a file nor an open_clip tag of {m.arch} ({hint})")
 
 
