@@ -16,6 +16,7 @@ import psutil
 import pytest
 import torch
 
+import models.registry  # noqa: F401  (the tiny architectures, for open_clip in this process)
 from trainer.fixtures import write_fixture_shards
 
 ROOT = Path(__file__).resolve().parents[1]
