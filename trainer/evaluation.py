@@ -7,7 +7,8 @@ named; `check_available` fails early (before training) when benchmarks are named
 missing. The caller decides where it runs (rank 0, or every rank with `eval.distributed`).
 
 Before training: `check_data` asks `eval.api.check_data` whether every benchmark's files are
-there (one message listing all that is missing, with the commands that fetch it), and
+there (every missing file listed on stderr, then one error line with the command that fetches
+them), and
 `overlap_with_benchmarks` compares the COCO ids a shard set trained on (its manifest's
 `image_ids` file) with the COCO ids of the recipe's benchmarks (`eval.image_ids`).
 """
@@ -46,7 +47,22 @@ def check_data(cfg: EvalConfig) -> None:
     try:
         check_data(list(cfg.benchmarks), cfg.data_root, dict(cfg.options))
     except MissingData as err:
-        raise DataError(f"evaluation data: {err}") from None
+        raise DataError(f"evaluation data: {summarise_missing(str(err))}") from None
+
+
+def summarise_missing(text: str) -> str:
+    """eval's listing of missing benchmark files -> its detail lines on stderr, and one line (what
+    is missing, how many problems, the command that fetches everything) for the error."""
+    import os
+    import sys
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) == 1:
+        return lines[0]
+    if os.environ.get("RANK", "0") == "0":  # every rank runs the pre-flight: list it once
+        for line in lines[1:]:
+            print(f"  {line.strip()}", file=sys.stderr)
+    fetch = next((lines[i + 1].strip() for i, line in enumerate(lines[:-1]) if line.startswith("fetch ")), None)
+    return lines[0].rstrip(":") + (f"; fetch it with: {fetch}" if fetch else " (listed above)")
 
 
 def training_coco_ids(sources) -> set[int]:
