@@ -118,11 +118,11 @@ def test_prepare_coco_knn_checks_the_model_before_any_work(coco, tmp_path, capsy
                         (["--arch", "tiny-vit-64", "--pretrained", str(tmp_path / "missing.pt")],
                          "missing.pt: neither a file nor an open_clip tag of tiny-vit-64")):
         assert main(args + extra) == 2
-        err = capsys.readouterr().err
-        assert err.startswith("error: ") and says in err and err.count("\n") == 1, err
         for folder in (tmp_path / "nn", tmp_path / "nn_base"):
             assert not list(folder.glob("*.tar")) and not list(folder.glob(".*.tmp"))
             assert not (folder / "manifest.json").is_file() or read_manifest(folder)["shards"] == []
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and says in err and err.count("\n") == 1, err
 
 
 def test_prepare_coco_missing_image_stops_naming_it_and_keeps_what_was_written(coco, tmp_path, capsys):

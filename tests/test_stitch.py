@@ -216,7 +216,7 @@ def test_cli_stitch_refuses_a_changed_canvas_on_resume(bank_dir, tmp_path, monke
     import datagen.stitch
     from datagen.__main__ import main
     out = tmp_path / "o"
-    args = ["stitch", "--bank", str(bank_dir), "--out", str(out), "--n", "6", "--max-count", "2", "--quiet"]
+    args = ["stitch", "--bank", str(bank_dir), "--out", str(out), "--n", "6", "--max-count", "2"]
     real = datagen.stitch.write_stitched
     monkeypatch.setattr(datagen.stitch, "write_stitched", functools.partial(real, stop_after=3))
     assert main(args + ["--canvas", "128"]) == 0  # killed after 3 pairs: one complete shard
