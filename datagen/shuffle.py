@@ -96,7 +96,7 @@ def shuffle_shard_set(src: str | Path, out: str | Path, seed: int = 0,
     if not src_manifest.get("complete"):
         raise ValueError(f"{src}: shard set is not complete (finish or resume the run that writes it)")
     if src.resolve() == out.resolve():
-        raise ValueError(f"{out}: the output must be another folder than the input")
+        raise ValueError(f"{out}: the output must be another folder than the input; give another --out")
     buckets = buckets or default_buckets(src_manifest)
     if buckets < 1:
         raise ValueError(f"--buckets must be at least 1, not {buckets}")

@@ -206,7 +206,9 @@ def test_cli_stitch_errors_are_one_line(bank_dir, tmp_path, capsys):
         with pytest.raises(SystemExit) as exit_:
             main(["stitch", "--bank", str(bank_dir), "--out", str(tmp_path / "x"), "--n", "1", option, value])
         assert exit_.value.code == 2
-        assert f"argument {option}: {says}" in capsys.readouterr().err.splitlines()[-1]
+        err = capsys.readouterr().err  # one line, no usage block
+        assert err.startswith(f"error: python -m datagen stitch: argument {option}: {says}"), err
+        assert err.endswith("; see python -m datagen stitch --help\n") and err.count("\n") == 1
 
 
 def test_cli_stitch_refuses_a_changed_canvas_on_resume(bank_dir, tmp_path, monkeypatch, capsys):

@@ -127,7 +127,8 @@ def build_parser(prog: str = "python -m datagen world"):
     r.add_argument("--out", required=True, help="image file to write (PNG, JPEG, ... by its suffix)")
     r.add_argument("--size", type=int, default=DEFAULT_SIZE, help="image side in pixels")
     r.add_argument("--seed", type=int, default=0, help="seed of the layout and drawing")
-    return parser
+    from datagen.__main__ import one_line_usage_errors
+    return one_line_usage_errors(parser)
 
 
 def _render(args) -> int:
@@ -149,7 +150,10 @@ def _render(args) -> int:
 def main(argv: list[str] | None = None, prog: str = "python -m datagen world") -> int:
     args = build_parser(prog).parse_args(argv)
     if args.cmd == "build":
-        return run(lambda: build(args.out, args.seed, args.train_size, args.size, args.negatives,
-                                 args.partners, args.bench_scale, args.max_count,
-                                 progress=not args.quiet) and 0)
+        def work() -> int:
+            summary = build(args.out, args.seed, args.train_size, args.size, args.negatives,
+                            args.partners, args.bench_scale, args.max_count, progress=not args.quiet)
+            print(json.dumps(summary, indent=1))  # results on stdout (docs/cli.md)
+            return 0
+        return run(work)
     return run(lambda: _render(args))
