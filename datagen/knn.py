@@ -517,7 +517,7 @@ def write_neighbours(src: str | Path, dst: str | Path, emb: Embeddings, ids: np.
     writer.manifest.update({k: src_manifest[k] for k in CARRIED_KEYS if k in src_manifest})
     if extra_manifest:
         writer.manifest.update(extra_manifest)
-    start, row, written = writer.inputs_done, -1, 0
+    start = writer.inputs_done
     total = sum(s["samples"] for s in src_manifest["shards"])
     with bar_of(total=total, initial=min(start, total), desc="knn write", unit="sample",
                 unit_scale=True, quiet=not progress) as bar:
