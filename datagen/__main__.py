@@ -27,7 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from compclip.cli import InputError, add_subparsers, comma_list, deprecated, make_parser, run
+from compclip.cli import (InputError, add_subparsers, comma_list, deprecated, make_parser, one_line,
+                          run)
 
 DELEGATED = {"negatives": ("datagen.negatives.__main__", "hard-negative captions for captions "
                            "files or shard sets (python -m datagen negatives --help)"),
@@ -97,8 +98,9 @@ def check_shard_set(src: str, option: str = "--src") -> dict[str, Any]:
 
 
 def check_model(arch: str, pretrained: str) -> None:
-    """`--arch` is an open_clip architecture and `--pretrained` a file or one of its tags
-    (imports open_clip: call it after the cheap checks, before any other work)."""
+    """`--arch` is an open_clip architecture and `--pretrained` a file or one of its tags whose
+    weights are cached or can be fetched now (imports open_clip: call it after the cheap checks,
+    before any other work)."""
     import open_clip
 
     import models.registry  # noqa: F401 -- registers the toolkit's tiny architectures
@@ -108,10 +110,17 @@ def check_model(arch: str, pretrained: str) -> None:
     if pretrained and not os.path.isfile(pretrained):
         if os.path.exists(pretrained):
             raise InputError(f"--pretrained {pretrained}: a folder, not a checkpoint file")
-        if not open_clip.get_pretrained_cfg(arch, pretrained):
+        cfg = open_clip.get_pretrained_cfg(arch, pretrained)
+        if not cfg:
             tags = ", ".join(open_clip.list_pretrained_tags_by_model(arch)) or "none"
             raise InputError(f"--pretrained {pretrained}: neither a file nor an open_clip tag of "
                              f"{arch} (tags: {tags}); give a checkpoint file or one of the tags")
+        try:  # the weights in the local cache, or fetched now rather than after the work
+            open_clip.pretrained.download_pretrained(cfg)
+        except Exception as err:  # noqa: BLE001 -- hub, network and cache errors alike
+            raise InputError(f"--pretrained {pretrained}: cannot get the weights of {arch} "
+                             f"({one_line(err)}); run where the hub is reachable once, or give a "
+                             "checkpoint file") from None
 
 
 def check_out(out: str) -> None:

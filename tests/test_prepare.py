@@ -109,14 +109,18 @@ def test_prepare_coco_negatives_and_knn_feed_the_trainer(coco, tmp_path, capsys)
     assert item.partner_caption in CAPTIONS and len(item.negatives) == 2
 
 
-def test_prepare_coco_knn_checks_the_model_before_any_work(coco, tmp_path, capsys):
-    """An unknown --arch or --pretrained used to fail only after stage 1 had written every
-    image and negative (hours on COCO); now nothing is written."""
+def test_prepare_coco_knn_checks_the_model_before_any_work(coco, tmp_path, capsys, monkeypatch):
+    """An unknown --arch or --pretrained, or weights that cannot be had, used to fail only after
+    stage 1 had written every image and negative (hours on COCO); now nothing is written."""
+    import huggingface_hub.constants
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty_cache"))
     args = ["prepare", "coco", "--captions", str(coco / "captions_train2017.json"), "--images",
             str(coco / "train2017"), "--out", str(tmp_path / "nn"), "--knn", "3", "--quiet"]
     for extra, says in ((["--arch", "no-such-arch"], "--arch no-such-arch: not an open_clip architecture"),
                         (["--arch", "tiny-vit-64", "--pretrained", str(tmp_path / "missing.pt")],
-                         "missing.pt: neither a file nor an open_clip tag of tiny-vit-64")):
+                         "missing.pt: neither a file nor an open_clip tag of tiny-vit-64"),
+                        (["--arch", "ViT-B-32", "--pretrained", "openai"],  # offline, nothing cached
+                         "--pretrained openai: cannot get the weights of ViT-B-32")):
         assert main(args + extra) == 2
         for folder in (tmp_path / "nn", tmp_path / "nn_base"):
             assert not list(folder.glob("*.tar")) and not list(folder.glob(".*.tmp"))
