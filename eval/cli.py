@@ -155,7 +155,8 @@ def make_main_parser() -> argparse.ArgumentParser:
                         "(runs/NAME/checkpoints/best), a run's checkpoints/ folder or the run folder (its latest)")
     s.add_argument("--text-model", action="append", metavar="NAME",
                    help="'minilm' or a sentence-transformers folder (repeat for several)")
-    s.add_argument("--label", action="append", help="display name per model, in order; models without one are shown as ARCH:WEIGHTS")
+    s.add_argument("--label", action="append",
+                   help="display name per model, in order; models without one are shown as ARCH:WEIGHTS")
     s.add_argument("--lineage", default="auto", choices=["auto", "openai", "other"],
                    help="where bare weights come from (openai: build with QuickGELU)")
     s.add_argument("--benchmarks", action=CommaList, required=True, metavar="NAMES",

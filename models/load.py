@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 import models.registry  # noqa: F401  (registers the tiny architectures)
-from compclip.cli import InputError, one_line
+from compclip.cli import InputError
 from models.checkpoint import WEIGHT_SUFFIXES, CheckpointError, read_meta, resolve_checkpoint, sidecar_path
 from models.text_length import enable_text_trimming
 
@@ -246,7 +246,7 @@ def _refuse_resized(path, arch: str, state: dict, model: nn.Module) -> None:
     """open_clip resizes position embeddings that do not fit the architecture; refuse instead."""
     built = model.state_dict()
     diff = [f"{k} {list(v.shape)} in the file, {list(built[k].shape)} in '{arch}'"
-            for k, v in state.items() if k in built and tuple(v.shape) != tuple(built[k].shape)]
+            for k, v in state.items() if k in built and v.numel() != built[k].numel()]  # reshapes are fine
     if diff:
         raise ArchitectureMismatch(f"{path}: its weights do not fit '{arch}' ({diff[0]}); give the architecture "
                                    "it was trained as")

@@ -84,7 +84,8 @@ def test_bad_model_arguments_are_one_line_before_anything_is_scored(capsys, root
     for args, message in cases.items():
         # the good model first: a bad second one must stop the command before the first is scored
         if args[0] == "--model":
-            argv = ["--model", "micro-vit-32", "--pretrained", str(run_dir), "--model", args[1], "--pretrained", args[2]]
+            argv = ["--model", "micro-vit-32", "--pretrained", str(run_dir),
+                    "--model", args[1], "--pretrained", args[2]]
         else:
             argv = ["--pretrained", str(run_dir), "--pretrained", args[0]]
         rc, out, err = score(capsys, *argv, "--benchmarks", "sugarcrepe", root=root)
