@@ -525,20 +525,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, (_, text) in DELEGATED.items():
         sub.add_parser(name, help=text, add_help=False)
-    return one_line_usage_errors(parser)
-
-
-def one_line_usage_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Usage errors of `parser` and its sub-commands as one line (docs/cli.md), exit 2:
-    `error: PROG: MESSAGE; see PROG --help` instead of argparse's usage block."""
-    def error(message: str, prog: str = parser.prog):
-        print(f"error: {prog}: {message}; see {prog} --help", file=sys.stderr, flush=True)
-        sys.exit(2)
-    parser.error = error
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                one_line_usage_errors(sub)
     return parser
 
 

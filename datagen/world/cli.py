@@ -127,8 +127,7 @@ def build_parser(prog: str = "python -m datagen world"):
     r.add_argument("--out", required=True, help="image file to write (PNG, JPEG, ... by its suffix)")
     r.add_argument("--size", type=int, default=DEFAULT_SIZE, help="image side in pixels")
     r.add_argument("--seed", type=int, default=0, help="seed of the layout and drawing")
-    from datagen.__main__ import one_line_usage_errors
-    return one_line_usage_errors(parser)
+    return parser
 
 
 def _render(args) -> int:
