@@ -97,28 +97,21 @@ def check_shard_set(src: str, option: str = "--src") -> dict[str, Any]:
     return manifest
 
 
-def check_model(arch: str, pretrained: str) -> None:
-    """`--arch` is an open_clip architecture and `--pretrained` a file or one of its tags whose
-    weights are cached or can be fetched now (imports open_clip: call it after the cheap checks,
-    before any other work)."""
+def check_model(args) -> None:
+    """`--arch` / `--pretrained` as `models.load.resolve_model` checks them (a checkpoint in any
+    form, its architecture from its sidecar when `--arch` is left out, a known architecture and
+    tag), then the weights of a tag are in the local cache or fetched now rather than after the
+    work. Sets `args.arch` / `args.pretrained` to what will be built. Imports open_clip: call it
+    after the cheap checks, before any other work."""
     import open_clip
 
-    import models.registry  # noqa: F401 -- registers the toolkit's tiny architectures
-    if arch not in open_clip.list_models():
-        raise InputError(f"--arch {arch}: not an open_clip architecture; choose one of "
-                         f"open_clip.list_models(), e.g. ViT-B-32")
-    if pretrained and not os.path.isfile(pretrained):
-        if os.path.exists(pretrained):
-            raise InputError(f"--pretrained {pretrained}: a folder, not a checkpoint file")
-        cfg = open_clip.get_pretrained_cfg(arch, pretrained)
-        if not cfg:
-            tags = ", ".join(open_clip.list_pretrained_tags_by_model(arch)) or "none"
-            raise InputError(f"--pretrained {pretrained}: neither a file nor an open_clip tag of "
-                             f"{arch} (tags: {tags}); give a checkpoint file or one of the tags")
+    from models.load import resolve_model
+    args.arch, args.pretrained = resolve_model(args.arch, args.pretrained or None)
+    if args.pretrained and not os.path.isfile(args.pretrained):
         try:  # the weights in the local cache, or fetched now rather than after the work
-            open_clip.pretrained.download_pretrained(cfg)
+            open_clip.pretrained.download_pretrained(open_clip.get_pretrained_cfg(args.arch, args.pretrained))
         except Exception as err:  # noqa: BLE001 -- hub, network and cache errors alike
-            raise InputError(f"--pretrained {pretrained}: cannot get the weights of {arch} "
+            raise InputError(f"--pretrained {args.pretrained}: cannot get the weights of {args.arch} "
                              f"({one_line(err)}); run where the hub is reachable once, or give a "
                              "checkpoint file") from None
 
@@ -204,7 +197,7 @@ def cmd_knn(args) -> dict:
     check_shard_set(args.src)
     if args.workers is not None and args.workers < 0:
         raise InputError(f"--workers {args.workers}: give 0 (decode in this process) or more")
-    check_model(args.arch, args.pretrained)
+    check_model(args)
     pin(args.out, {"--src": _path(args.src), "--k": args.k, "--method": args.method,
                    "--dtype": args.dtype, "--dup-threshold": args.dup_threshold,
                    "--factory": args.factory, "--nprobe": args.nprobe, **_model_options(args),
@@ -227,8 +220,8 @@ def cmd_genimages(args) -> dict:
     if args.backend == "diffusers":
         options.update({"--model": args.model, "--steps": args.steps, "--guidance": args.guidance})
     if args.pick == "clip":
+        check_model(args)
         options.update(_model_options(args))
-        check_model(args.arch, args.pretrained)
     pin(args.out, options)
     from datagen.genimages import RendererBackend, write_generated
     if args.backend == "renderer":
@@ -262,7 +255,7 @@ def cmd_prepare_coco(args) -> dict:
               "--mode": args.mode, "--cap": args.cap, "--seed": args.seed, "--vocab": _path(args.vocab),
               "--max-side": args.max_side, "--limit": args.limit, "--max-count": args.max_count}
     if args.knn:
-        check_model(args.arch, args.pretrained)
+        check_model(args)
         base = Path(args.base) if args.base else default_base(args.out)
         pin(args.out, {**stage1, "--knn": args.knn, "--method": args.method,
                        "--dtype": args.dtype, **_model_options(args)})
@@ -358,8 +351,10 @@ def _diffusers_args(p: argparse.ArgumentParser) -> None:
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--arch", default="ViT-B-32", help="open_clip architecture (models.load_model)")
-    p.add_argument("--pretrained", default="", help="open_clip tag or checkpoint file ('': random weights)")
+    p.add_argument("--arch", default=None, help="open_clip architecture (models.load_model); may be left "
+                   "out with a compclip checkpoint, which names its own")
+    p.add_argument("--pretrained", default="", help="open_clip tag, or a checkpoint: file, best/latest "
+                   "pointer, checkpoints/ folder or run folder ('': random weights)")
     if not any(a.dest == "device" for a in p._actions):
         p.add_argument("--device", default="cpu", help="torch device of the model")
     if not any(a.dest == "batch_size" for a in p._actions):

@@ -117,12 +117,28 @@ def test_inputs_that_are_not_shard_sets_are_one_line_errors(src, tmp_path, capsy
     assert not (tmp_path / "o").exists()  # found before anything was written
 
 
+def test_knn_takes_the_architecture_from_a_run_folder(src, tmp_path, micro_model, monkeypatch):
+    """`--pretrained RUN` with no `--arch`: the checkpoint that run's `latest` points to, built as
+    the architecture its sidecar names (before: `--arch` defaulted to ViT-B-32 and was refused)."""
+    import datagen.__main__ as cli
+    from models import CheckpointMeta, save_checkpoint
+    ckpts = tmp_path / "run" / "checkpoints"
+    path = save_checkpoint(ckpts, "step-0000002", micro_model.model,
+                           CheckpointMeta(arch="micro-vit-32", activation="gelu", lineage="none"))
+    seen = {}
+    monkeypatch.setattr(cli, "_scorer", lambda args: seen.update(arch=args.arch, pretrained=args.pretrained)
+                        or (_ for _ in ()).throw(SystemExit(0)))
+    with pytest.raises(SystemExit):
+        main(["knn", "--src", str(src), "--out", str(tmp_path / "o"), "--pretrained", str(tmp_path / "run")])
+    assert seen == {"arch": "micro-vit-32", "pretrained": str(path)}
+
+
 def test_unknown_model_is_refused_before_any_work(src, tmp_path, capsys):
     assert main(["knn", "--src", str(src), "--out", str(tmp_path / "o"), "--arch", "no-such-arch"]) == 2
-    assert "--arch no-such-arch: not an open_clip architecture" in _one_error(capsys)
+    assert "unknown architecture 'no-such-arch'" in _one_error(capsys)
     assert main(["knn", "--src", str(src), "--out", str(tmp_path / "o2"), "--arch", "micro-vit-32",
                  "--pretrained", "no-such-tag"]) == 2
-    assert "--pretrained no-such-tag: neither a file nor an open_clip tag of micro-vit-32" in _one_error(capsys)
+    assert "pretrained 'no-such-tag' is neither a file nor an open_clip tag of 'micro-vit-32'" in _one_error(capsys)
     assert not (tmp_path / "o").exists() and not (tmp_path / "o2").exists()  # nothing written
     assert main(["genimages", "--src", str(src), "--out", str(tmp_path / "g"), "--backend", "diffusers",
                  "--model", str(tmp_path / "no-such-model")]) == 2

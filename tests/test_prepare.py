@@ -116,9 +116,9 @@ def test_prepare_coco_knn_checks_the_model_before_any_work(coco, tmp_path, capsy
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty_cache"))
     args = ["prepare", "coco", "--captions", str(coco / "captions_train2017.json"), "--images",
             str(coco / "train2017"), "--out", str(tmp_path / "nn"), "--knn", "3", "--quiet"]
-    for extra, says in ((["--arch", "no-such-arch"], "--arch no-such-arch: not an open_clip architecture"),
+    for extra, says in ((["--arch", "no-such-arch"], "unknown architecture 'no-such-arch'"),
                         (["--arch", "tiny-vit-64", "--pretrained", str(tmp_path / "missing.pt")],
-                         "missing.pt: neither a file nor an open_clip tag of tiny-vit-64"),
+                         "missing.pt: no such checkpoint"),
                         (["--arch", "ViT-B-32", "--pretrained", "openai"],  # offline, nothing cached
                          "--pretrained openai: cannot get the weights of ViT-B-32")):
         assert main(args + extra) == 2
