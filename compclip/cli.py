@@ -29,10 +29,18 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
     """Keeps the description's line breaks and shows every option's default."""
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line, `error: PROG: MESSAGE; see PROG --help`, exit 2;
+    its sub-command parsers are of this class too."""
+
+    def error(self, message: str):
+        print(f"error: {self.prog}: {message}; see {self.prog} --help", file=sys.stderr, flush=True)
+        sys.exit(EXIT_INPUT)
+
+
 def make_parser(prog: str, description: str, **kwargs) -> argparse.ArgumentParser:
     """The parser of a command or sub-command: `prog` as users type it, defaults shown."""
-    return argparse.ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter,
-                                   **kwargs)
+    return Parser(prog=prog, description=description, formatter_class=HelpFormatter, **kwargs)
 
 
 def add_subparsers(parser: argparse.ArgumentParser, **kwargs):

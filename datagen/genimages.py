@@ -218,8 +218,10 @@ def write_generated(src: str | Path, dst: str | Path, backend: ImageBackend,
                     kinds: Optional[Sequence[str]] = None, subkinds: Optional[Sequence[str]] = None,
                     per_sample: int = 1, candidates: int = 1, pick: str = "first", scorer=None,
                     seed: int = 0, ext: str = "jpg", batch_size: int = 16, max_count: int = 10_000,
-                    max_bytes: int = 1 << 30, stop_after: Optional[int] = None) -> dict:
+                    max_bytes: int = 1 << 30, stop_after: Optional[int] = None,
+                    progress: bool = False) -> dict:
     """Add a generated partner image per chosen negative caption; resumes an interrupted `dst`.
+    `progress`: a bar on stderr (source samples done of the source set's total).
 
     Skip reasons (per input sample): `no_negative` (none of the requested kinds),
     `unrenderable` (the backend could depict none of its chosen captions), `corrupt_json`.
@@ -243,8 +245,13 @@ def write_generated(src: str | Path, dst: str | Path, backend: ImageBackend,
     stats: Counter = Counter()
     start, written = writer.inputs_done, 0
     pending: list[tuple[int, dict, list[int]]] = []
+    from compclip.cli import progress as bar_of
+    total = sum(s["samples"] for s in src_manifest["shards"])
+    bar = bar_of(total=total, initial=min(start, total), desc="genimages", unit="sample",
+                 quiet=not progress)
 
     def flush() -> None:
+        bar.update(len(pending))
         jobs = [(row, raw, j) for row, raw, chosen in pending for j in chosen]
         negs = {row: json.loads(raw["neg.json"]) for row, raw, _ in pending}
         images = generate_picked(
@@ -277,6 +284,7 @@ def write_generated(src: str | Path, dst: str | Path, backend: ImageBackend,
             continue
         if stop_after is not None and written >= stop_after:
             flush()
+            bar.close()
             writer.__exit__(RuntimeError, None, None)
             return writer.manifest
         written += 1
@@ -285,15 +293,18 @@ def write_generated(src: str | Path, dst: str | Path, backend: ImageBackend,
         except json.JSONDecodeError:
             log.warning("sample '%s': neg.json is not valid JSON; skipped", raw["__key__"])
             writer.skip("corrupt_json")
+            bar.update(1)
             continue
         chosen = choose_negatives(negatives, row, seed, per_sample, kinds, subkinds)
         if not chosen:
             writer.skip("no_negative")
+            bar.update(1)
             continue
         pending.append((row, raw, chosen))
         if sum(len(c) for _, _, c in pending) * candidates >= batch_size:
             flush()
     flush()
+    bar.close()
     writer.manifest["genimages"]["unrenderable_captions"] = stats["unrenderable_captions"]
     return writer.close()
 

@@ -109,8 +109,7 @@ def embed_shard_set(directory: str | Path, scorer, out_path: str | Path, batch_s
 
     `workers` DataLoader processes read, decode and preprocess the images (default
     `default_workers()`; 0: in this process); the result does not depend on it."""
-    from tqdm import tqdm
-
+    from compclip.cli import progress as bar_of
     from datagen.knn_images import default_workers, image_loader
     out_path = Path(out_path)
     side = _sidecar(out_path)
@@ -130,8 +129,7 @@ def embed_shard_set(directory: str | Path, scorer, out_path: str | Path, batch_s
     if workers < 0:
         raise ValueError(f"workers must be >= 0, got {workers}")
     loader = image_loader(shard_urls(directory), transform, workers)
-    bar = tqdm(total=total, unit="img", unit_scale=True, desc="knn embed", disable=not progress,
-               file=sys.stderr)
+    bar = bar_of(total=total, unit="img", unit_scale=True, desc="knn embed", quiet=not progress)
 
     def flush() -> None:
         nonlocal table
@@ -505,9 +503,12 @@ def brute_force(vectors: np.ndarray, k: int, hashes: Optional[np.ndarray] = None
 
 def write_neighbours(src: str | Path, dst: str | Path, emb: Embeddings, ids: np.ndarray,
                      scores: np.ndarray, max_count: int = 10_000, max_bytes: int = 1 << 30,
-                     extra_manifest: Optional[dict] = None, stop_after: Optional[int] = None) -> dict:
+                     extra_manifest: Optional[dict] = None, stop_after: Optional[int] = None,
+                     progress: bool = False) -> dict:
     """Copy `src` into `dst` adding `nn.json`; samples whose image is unreadable are skipped and
-    counted. Resumes an interrupted `dst`; builds `dst/keys.tsv` when complete."""
+    counted. Resumes an interrupted `dst`; builds `dst/keys.tsv` when complete. `progress`: a
+    bar on stderr (samples copied of the source's total)."""
+    from compclip.cli import progress as bar_of
     src_manifest = read_manifest(src)
     features = dict(src_manifest.get("features", {}))
     features["neighbours"] = int(ids.shape[1])
@@ -516,12 +517,26 @@ def write_neighbours(src: str | Path, dst: str | Path, emb: Embeddings, ids: np.
     writer.manifest.update({k: src_manifest[k] for k in CARRIED_KEYS if k in src_manifest})
     if extra_manifest:
         writer.manifest.update(extra_manifest)
-    start, row, written = writer.inputs_done, -1, 0
+    start = writer.inputs_done
+    total = sum(s["samples"] for s in src_manifest["shards"])
+    with bar_of(total=total, initial=min(start, total), desc="knn write", unit="sample",
+                unit_scale=True, quiet=not progress) as bar:
+        manifest = _copy_with_neighbours(src, writer, emb, ids, scores, start, stop_after, bar)
+    if not manifest.get("complete"):
+        return manifest
+    KeyIndex.build(dst)
+    return manifest
+
+
+def _copy_with_neighbours(src, writer: ShardSetWriter, emb: Embeddings, ids: np.ndarray,
+                          scores: np.ndarray, start: int, stop_after: Optional[int], bar) -> dict:
+    row, written = -1, 0
     for url in shard_urls(src):
         for raw in iter_raw_samples(url):
             row += 1
             if row < start:
                 continue
+            bar.update(1)
             if raw["__key__"] != emb.keys[row]:
                 raise SchemaError(f"{url}: sample {row} is '{raw['__key__']}' but the embeddings "
                                   f"say '{emb.keys[row]}'; re-embed {src}")
@@ -536,9 +551,7 @@ def write_neighbours(src: str | Path, dst: str | Path, emb: Embeddings, ids: np.
                   for j, s in zip(ids[row], scores[row]) if j >= 0]
             extra = {"nn.json": json.dumps(nn, separators=(",", ":")).encode()} if nn else {}
             writer.add_raw(raw, extra=extra)
-    manifest = writer.close()
-    KeyIndex.build(dst)
-    return manifest
+    return writer.close()
 
 
 def run_knn(src: str | Path, dst: str | Path, scorer, k: int = 3, method: str = "auto",
@@ -551,10 +564,17 @@ def run_knn(src: str | Path, dst: str | Path, scorer, k: int = 3, method: str = 
     dst = Path(dst)
     work = Path(work_dir) if work_dir else dst / ".knn"
     emb = embed_shard_set(src, scorer, work / "embeddings.npy", batch_size, dtype, workers, progress)
+    if progress:
+        print(f"knn search: {k} nearest neighbours of {len(emb.keys)} images ({method}) ...",
+              file=sys.stderr, flush=True)
+    t0 = time.time()
     ids, scores, stats = find_neighbours(emb, k, method, dup_threshold, factory=factory, nprobe=nprobe)
+    if progress:
+        print(f"knn search: done in {time.time() - t0:.1f} s", file=sys.stderr, flush=True)
     stats.update(scorer=getattr(scorer, "name", "?"), embeddings=str(emb.path), not_embedded=emb.skipped)
     log.info("kNN: %s", stats)
-    return write_neighbours(src, dst, emb, ids, scores, max_count, max_bytes, {"knn": stats})
+    return write_neighbours(src, dst, emb, ids, scores, max_count, max_bytes, {"knn": stats},
+                            progress=progress)
 
 
 def neighbour_keys(ids: np.ndarray, keys: Sequence[str]) -> list[list[str]]:

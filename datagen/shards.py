@@ -9,6 +9,13 @@ resume, the caller must make each sample from its input item alone (e.g. seed by
 `order` (a `datagen.order` record, e.g. `{"shuffled": true, "seed": 3}`) is stored in the
 manifest; resuming a set written in another order is refused with one line.
 
+`pin_options` records, when a command starts a set, the options that change what it writes
+(`"options": {"--canvas": "224x224", ...}` in the manifest, written before any work); rerunning
+into the same folder with another value of one of them is refused in one line naming the option,
+both values and the fix (`OptionMismatch`) once a shard is complete (before, the new values
+hold: nothing was written). Options a set does not record are not compared; options are
+recorded only when a set starts.
+
 On `close`, the distinct COCO ids of the set's samples (`meta["coco_id"]` in each `json`
 member) are written to `image_ids.txt`, one int per line, named in the manifest as
 `"image_ids": "image_ids.txt"`, so a trainer compares training and benchmark images without
@@ -37,6 +44,11 @@ MANIFEST = "manifest.json"
 KEY_INDEX = "keys.tsv"
 IMAGE_IDS = "image_ids.txt"
 CARRIED_KEYS = ("excluded", "exclusion")  # manifest keys a set rewritten from another inherits
+OPTIONS_KEY = "options"
+
+
+class OptionMismatch(ValueError):
+    """A rerun into an existing output with another value of an option that changes it."""
 
 
 def _sha256(path: Path) -> str:
@@ -63,6 +75,61 @@ def shard_urls(directory: str | Path) -> list[str]:
     return [str(Path(directory) / s["name"]) for s in manifest["shards"]]
 
 
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None or value == "":
+        return "(not given)"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def check_options(recorded: dict[str, Any], options: dict[str, Any], where: str | Path) -> None:
+    """Raise OptionMismatch on the first option whose value differs from the recorded one."""
+    for name, value in options.items():
+        if name in recorded and recorded[name] != value:
+            raise OptionMismatch(
+                f"{where}: this output was started with {name} {_shown(recorded[name])}, this run "
+                f"has {name} {_shown(value)}; rerun with the options it was started with "
+                f"({name} {_shown(recorded[name])}) or write to a new --out")
+
+
+def pin_options(directory: str | Path, options: dict[str, Any], file: str = MANIFEST) -> dict[str, Any]:
+    """Record a writer's output-changing `options` in `directory/file` (the shard set's manifest,
+    created with no shards yet if there is none), or refuse, if it already records other values,
+    with an `OptionMismatch` naming the option, both values and the fix. A manifest with no
+    complete shard yet takes the new values; a set started without a record (by an older
+    version, or through the library) is not given one. Returns the options."""
+    options = json.loads(json.dumps(options))  # tuples -> lists: compared as stored
+    directory = Path(directory)
+    path = directory / file
+    if path.is_file():
+        record = read_manifest(directory) if file == MANIFEST else _read_json(path)
+    elif file == MANIFEST:
+        record = {"schema_version": SCHEMA_VERSION, "features": None, "shards": [], "complete": False}
+    else:
+        record = {}
+    started = path.is_file() and (file != MANIFEST or record.get("shards") or record.get("complete"))
+    if started:  # compared, never rewritten: a set started without a record stays without one
+        check_options(record.get(OPTIONS_KEY) or {}, options, path)
+        return options
+    record[OPTIONS_KEY] = options  # nothing written yet (or a run stopped before its first shard)
+    directory.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda f: json.dump(record, f, indent=1), "w")
+    return options
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise SchemaError(f"{path}: not valid JSON ({err}); delete it or write to a new --out") from None
+    if not isinstance(value, dict):
+        raise SchemaError(f"{path}: not a JSON object; delete it or write to a new --out")
+    return value
+
+
 class ShardSetWriter:
     """Append samples to a shard set; see the module docstring for the resume contract."""
 
@@ -77,6 +144,8 @@ class ShardSetWriter:
         path = self.directory / MANIFEST
         if path.is_file():
             self.manifest = read_manifest(self.directory)
+            if features and not self.manifest.get("features") and not self.manifest["shards"]:
+                self.manifest["features"] = features  # a manifest `pin_options` started
             if features and self.manifest.get("features") not in (None, features):
                 raise SchemaError(f"{path}: existing shard set has features "
                                   f"{self.manifest.get('features')}, not {features}")

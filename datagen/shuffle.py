@@ -1,7 +1,7 @@
 """A shard set rewritten in a seeded global random order, in bounded memory (two passes).
 
     shuffle_shard_set("data/shards/big", "data/shards/big_shuffled", seed=0, buckets=64)
-    python -m datagen shuffle SRC OUT --seed 0 [--buckets N]
+    python -m datagen shuffle --src SRC --out OUT --seed 0 [--buckets N]
 
 For a set too large to hold in memory. Pass 1 reads every sample of SRC once, in order, and
 appends its raw members (bytes untouched) to one of N temporary bucket tar files under the work
@@ -25,7 +25,6 @@ import io
 import json
 import math
 import shutil
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any, Optional
@@ -97,7 +96,7 @@ def shuffle_shard_set(src: str | Path, out: str | Path, seed: int = 0,
     if not src_manifest.get("complete"):
         raise ValueError(f"{src}: shard set is not complete (finish or resume the run that writes it)")
     if src.resolve() == out.resolve():
-        raise ValueError(f"{out}: the output must be another folder than the input")
+        raise ValueError(f"{out}: the output must be another folder than the input; give another --out")
     buckets = buckets or default_buckets(src_manifest)
     if buckets < 1:
         raise ValueError(f"--buckets must be at least 1, not {buckets}")
@@ -148,6 +147,5 @@ def shuffle_shard_set(src: str | Path, out: str | Path, seed: int = 0,
 def _bar(enabled: bool, total: int, desc: str, initial: int = 0):
     if not enabled:
         return None
-    from tqdm import tqdm
-    return tqdm(total=total, initial=initial, unit="sample", unit_scale=True, desc=desc,
-                file=sys.stderr)
+    from compclip.cli import progress
+    return progress(total=total, initial=initial, unit="sample", unit_scale=True, desc=desc)

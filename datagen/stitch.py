@@ -240,12 +240,13 @@ def write_stitched(out_dir: str | Path, bank_dir: str | Path, n_pairs: int, seed
                    scale: tuple[float, float] = (0.25, 0.45), gap: int = 4, ext: str = "jpg",
                    backgrounds: Optional[str | Path] = None, key_prefix: str = "lr",
                    max_count: int = 10_000, max_bytes: int = 1 << 30,
-                   stop_after: Optional[int] = None) -> dict:
+                   stop_after: Optional[int] = None, progress: bool = False) -> dict:
     """Write `n_pairs` stitched samples into a shard set; resumes an interrupted one.
 
-    `stop_after` (tests, benchmarks) stops after that many new pairs without closing the set,
-    as a killed run would.
+    `progress`: a bar on stderr (pairs written of `n_pairs`). `stop_after` (tests, benchmarks)
+    stops after that many new pairs without closing the set, as a killed run would.
     """
+    from compclip.cli import progress as bar_of
     bank = load_object_bank(bank_dir, backgrounds)
     features = {"partner": "mirrored", "relations": list(relations)}
     writer = ShardSetWriter(out_dir, max_count=max_count, max_bytes=max_bytes, features=features,
@@ -257,10 +258,12 @@ def write_stitched(out_dir: str | Path, bank_dir: str | Path, n_pairs: int, seed
     if start:
         log.info("%s: resuming after %d complete pairs", out_dir, start)
     order = permutation(n_pairs, seed)
-    for done, index in enumerate(int(i) for i in order[start:]):
-        if stop_after is not None and done >= stop_after:
-            writer.__exit__(RuntimeError, None, None)  # what a killed run leaves behind
-            return writer.manifest
-        pair = make_pair(bank, index, seed, size, relations, scale, gap)
-        writer.add(pair_sample(pair, f"{key_prefix}{index:08d}", index, ext))
+    with bar_of(total=n_pairs, initial=start, desc="stitch", unit="pair", quiet=not progress) as bar:
+        for done, index in enumerate(int(i) for i in order[start:]):
+            if stop_after is not None and done >= stop_after:
+                writer.__exit__(RuntimeError, None, None)  # what a killed run leaves behind
+                return writer.manifest
+            pair = make_pair(bank, index, seed, size, relations, scale, gap)
+            writer.add(pair_sample(pair, f"{key_prefix}{index:08d}", index, ext))
+            bar.update(1)
     return writer.close()

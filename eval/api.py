@@ -16,6 +16,9 @@ existence, recorded download checksums, and annotation files read to list the im
     check_data(["visla", "aro"], "data/")                # raises MissingData listing every problem
 
 `run` calls `check_data` for the benchmarks it has not loaded yet before scoring any of them.
+A benchmark that still fails while it is loaded or scored raises as it is, unless `run` is given
+a `failures` dict: then the failure is recorded there and the other benchmarks are scored (what
+`python -m eval score` does, to write the report of what was scored before exiting with status 3).
 """
 from __future__ import annotations
 
@@ -24,11 +27,13 @@ import logging
 from dataclasses import replace
 from typing import Optional
 
+from compclip.cli import InputError
 from eval.benchmarks.base import BenchmarkResult, DataError, MissingData, Problem
 from eval.cache import EmbeddingCache
 from eval.registry import get_benchmark, list_benchmarks
 
-__all__ = ["MissingData", "check_data", "evaluate", "flatten", "missing_data", "run"]
+__all__ = ["MissingData", "UnknownBenchmark", "check_data", "evaluate", "flatten", "missing_data", "run",
+           "validate_names"]
 
 log = logging.getLogger(__name__)
 _LOADED: dict[tuple, object] = {}  # loaded benchmarks, reused by later calls (the trainer's epochs)
@@ -47,15 +52,25 @@ def _key(name: str, data_root, require_images: bool, options: dict) -> tuple:
     return (name, str(data_root), require_images, json.dumps(options, sort_keys=True, default=str))
 
 
-def _validate_names(benchmarks: list[str], options: Optional[dict]) -> dict:
+class UnknownBenchmark(InputError, ValueError):
+    """A benchmark name (or an options key) that names no registered benchmark."""
+
+
+def validate_names(benchmarks: list[str], options: Optional[dict] = None) -> dict:
+    """The options, once every benchmark name and options key is known (`UnknownBenchmark` else)."""
     known = list_benchmarks()
     unknown = [b for b in benchmarks if b not in known]
     if unknown:
-        raise ValueError(f"unknown benchmark(s) {unknown}; known: {', '.join(known)}")
+        import difflib
+        close = [c for u in unknown for c in difflib.get_close_matches(u, known, n=1)]
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise UnknownBenchmark(f"unknown benchmark{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                               f"{hint}known: {', '.join(known)}")
     options = options or {}
     extra = set(options) - set(benchmarks)
     if extra:
-        raise ValueError(f"options given for benchmark(s) not requested: {sorted(extra)}")
+        raise UnknownBenchmark(f"options given for benchmark(s) not requested: {sorted(extra)}; add them to the "
+                               "benchmarks or drop their options")
     return options
 
 
@@ -69,7 +84,7 @@ def _check(benchmarks: list[str], data_root, options: Optional[dict] = None,
            require_images: bool = True) -> tuple[list[Problem], list[str]]:
     if not data_root:
         raise ValueError("data_root is required (the folder holding the benchmarks, see docs/benchmark_data.md)")
-    options = _validate_names(list(benchmarks), options)
+    options = validate_names(list(benchmarks), options)
     out: list[Problem] = []
     skipped: list[str] = []
     for name in dict.fromkeys(benchmarks):
@@ -80,8 +95,9 @@ def _check(benchmarks: list[str], data_root, options: Optional[dict] = None,
             found, notes = cls.check(data_root, require_images, **options.get(name, {}))
             out += found
             skipped += notes
-        except DataError as e:  # present but unreadable: a data problem like a missing file
-            out.append(Problem(name, f"malformed: {e}", str(data_root), DOWNLOAD_TARGET.get(name, name), force=True))
+        except (DataError, UnicodeDecodeError, OSError) as e:  # present but unreadable: a data problem
+            what = f"malformed: {e}" if isinstance(e, DataError) else f"unreadable: {type(e).__name__}: {e}"
+            out.append(Problem(name, what, str(data_root), DOWNLOAD_TARGET.get(name, name), force=True))
     merged: dict[tuple, Problem] = {}  # the same file missing for two benchmarks: one line naming both
     for p in out:
         key = (p.what, p.command)
@@ -116,10 +132,12 @@ def check_data(benchmarks: list[str], data_root, options: Optional[dict] = None,
 
 def run(scorer, benchmarks: list[str], data_root: str, options: Optional[dict[str, dict]] = None,
         progress: bool = True, per_instance: bool = False, batch_size: int = 256,
-        reuse: bool = True) -> dict[str, BenchmarkResult]:
+        reuse: bool = True, failures: Optional[dict[str, BaseException]] = None) -> dict[str, BenchmarkResult]:
     """Check every benchmark's data (`MissingData` lists all problems before anything is
-    encoded), then load and score each; a text-only scorer skips image-only benchmarks with a note."""
-    options = _validate_names(list(benchmarks), options)
+    encoded), then load and score each; a text-only scorer skips image-only benchmarks with a note.
+    With `failures`, a benchmark that fails while loaded or scored is recorded there
+    ({name: exception}) and left out of the results, and the others are scored."""
+    options = validate_names(list(benchmarks), options)
     if not data_root:
         raise ValueError("data_root is required (the folder holding the benchmarks, see docs/benchmark_data.md)")
     cache = scorer if isinstance(scorer, EmbeddingCache) else EmbeddingCache(scorer, batch_size, progress)
@@ -134,8 +152,14 @@ def run(scorer, benchmarks: list[str], data_root: str, options: Optional[dict[st
                 f"{name} skipped: it needs images and scorer '{cache.name}' is text-only"])
             log.info(results[name].notes[0])
             continue
-        bench = load_benchmark(name, data_root, cache.supports_images, options.get(name, {}), reuse)
-        results[name] = bench.score(cache, per_instance=per_instance)
+        try:
+            bench = load_benchmark(name, data_root, cache.supports_images, options.get(name, {}), reuse)
+            results[name] = bench.score(cache, per_instance=per_instance)
+        except Exception as err:  # noqa: BLE001 -- recorded for the caller, who reports it
+            if failures is None:
+                raise
+            failures[name] = err
+            continue
         if cache.precision != "fp32":
             results[name].notes.append(f"{name}: scored in {cache.precision} (towers and score arithmetic)")
         for note in results[name].notes:

@@ -7,15 +7,21 @@ the string, images by `ref.key` (file and crop box, dataset row, ...). Identical
 bit-identical embeddings, which makes the benchmarks' exact-tie rules meaningful. Embeddings are
 kept in the scorer's precision (`scorer.precision`, fp32 unless set), so the benchmarks' score
 arithmetic runs in it too.
+
+Progress: one bar per batch of new items, on stderr, naming the benchmark (and part) being
+scored (`with cache.labelled("visla/generic"): ...`, which `Benchmark.score` and the benchmarks'
+loops over their parts set) and what is encoded, with the number of items as its total.
 """
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Sequence
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
+
+from compclip.cli import progress as progress_bar
 
 from eval.scorer import TextScorer
 
@@ -26,6 +32,16 @@ class EmbeddingCache:
         self.workers = workers  # threads opening (decoding, cropping) images; PIL releases the GIL
         self._texts: dict[str, Tensor] = {}
         self._images: dict[object, Tensor] = {}
+        self.label = ""  # the benchmark (and part) being scored, named by the progress bars
+
+    @contextmanager
+    def labelled(self, label: str):
+        """Name `label` on the bars of the encodes inside the block (restored after)."""
+        before, self.label = self.label, label
+        try:
+            yield self
+        finally:
+            self.label = before
 
     @property
     def precision(self) -> str:
@@ -63,8 +79,8 @@ class EmbeddingCache:
     def _fill(self, store: dict, keys: list, items: list, encode, what: str) -> None:
         if not items:
             return
-        bar = tqdm(total=len(items), desc=f"encode {what}", unit=what[:-1],
-                   disable=not self.progress, leave=False)
+        desc = f"{self.label}: encode {what}" if self.label else f"encode {what}"
+        bar = progress_bar(total=len(items), desc=desc, unit=what[:-1], quiet=not self.progress, leave=False)
         for i in range(0, len(items), self.batch_size):
             emb = encode(items[i:i + self.batch_size]).to(self.dtype).cpu()
             store.update(zip(keys[i:i + self.batch_size], emb))

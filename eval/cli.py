@@ -1,21 +1,27 @@
 """`python -m eval ...`: score models on benchmarks, list benchmarks, download data.
 
     python -m eval score --model ViT-B-32 --pretrained openai \\
-                         --model ViT-B-32 --pretrained runs/negclip/best.pt \\
-                         --text-model minilm --benchmarks visla sugarcrepe --data-root data --out reports/
+                         --pretrained runs/negclip \\
+                         --text-model minilm --benchmarks visla,sugarcrepe --data-root data --out reports/
     python -m eval list
-    python -m eval download visla sugarcrepe --data-root data [--images]
+    python -m eval download --benchmarks visla,sugarcrepe --data-root data [--images]
 
-Each `--model` pairs with the `--pretrained` at the same position (`none` for random weights);
-models load through `models.load_model` (QuickGELU guard included). `--text-model minilm` (or a
-sentence-transformers folder) adds a text-only scorer. All models are scored on the same
-benchmarks and reported side by side (`eval.report`). `--precision fp16` scores as the ARO /
-SugarCrepe++ reference scripts do for OpenAI CLIP and NegCLIP (`eval.precision`).
+`--pretrained` is an open_clip tag, `none` (random weights) or a checkpoint: a checkpoint file, a
+pointer file (`runs/NAME/checkpoints/best`), a run's `checkpoints/` folder or the run folder (its
+`latest`). A compclip checkpoint names its own architecture, so `--model` may be left out for
+every `--pretrained` (the architecture is read from each checkpoint); otherwise each `--model`
+pairs with the `--pretrained` at the same position, and one that contradicts its checkpoint is
+refused. Models load through `models.load_model` (QuickGELU guard included). `--text-model
+minilm` (or a sentence-transformers folder) adds a text-only scorer. All models are scored on
+the same benchmarks and reported side by side (`eval.report`). `--precision fp16` scores as the
+ARO / SugarCrepe++ reference scripts do for OpenAI CLIP and NegCLIP (`eval.precision`).
 
-Before any model is loaded, every requested benchmark's files are checked
-(`eval.api.check_data`): what is missing is printed as one message listing each file and the
-command that fetches it, and the command exits with status 2 (also for malformed files, unknown
-benchmark names and bad options).
+Before any model is loaded, every requested benchmark's files are checked (`eval.api.check_data`)
+and every model argument is resolved and checked (`models.resolve_model`): what is missing is
+printed as one message listing each file and the command that fetches it; any bad input is one
+line (docs/cli.md) and exit status 2. A benchmark that still fails while it is scored (an image
+that cannot be decoded, ...) is skipped: the others are scored, the report of what was scored is
+written, and the command exits with status 3 naming it.
 """
 from __future__ import annotations
 
@@ -24,17 +30,36 @@ import json
 import logging
 import sys
 
+from compclip.cli import (CommaList, InputError, RunFault, add_subparsers, deprecated, make_parser, one_line,
+                          run)
 
-def _scorers(args):
-    from eval.scorer import OpenClipScorer, SentenceTransformerScorer
+EXAMPLE = __doc__.split("\n\n")[1]
+
+
+def _model_args(args) -> list[tuple[str | None, str | None]]:
+    """(architecture or None, weights or None) per model, checked: pairs by position, or every
+    --pretrained alone (its checkpoint names the architecture)."""
     models, pretrained = args.model or [], args.pretrained or []
-    if len(pretrained) not in (0, len(models)):
-        raise SystemExit(f"error: {len(models)} --model but {len(pretrained)} --pretrained; give one per model")
+    if models and len(pretrained) not in (0, len(models)):
+        raise InputError(f"{len(models)} --model but {len(pretrained)} --pretrained; give one --pretrained per "
+                         "--model (none for random weights), or leave --model out when every --pretrained is a "
+                         "compclip checkpoint")
+    if not models:
+        models = [None] * len(pretrained)
     pretrained = pretrained or [None] * len(models)
-    labels = args.label or []
-    for i, (arch, tag) in enumerate(zip(models, pretrained)):
-        from models import load_model
+    out = []
+    from models import resolve_model
+    for arch, tag in zip(models, pretrained):
         tag = None if tag in (None, "none", "") else tag
+        out.append(resolve_model(arch, tag))
+    return out
+
+
+def _scorers(args, checked: list[tuple[str, str | None]]):
+    from eval.scorer import OpenClipScorer, SentenceTransformerScorer
+    from models import load_model
+    labels = args.label or []
+    for i, (arch, tag) in enumerate(checked):
         loaded = load_model(arch, tag, lineage=args.lineage, device=args.device)
         label = labels[i] if i < len(labels) else f"{arch}:{tag or 'random'}"
         yield label, OpenClipScorer.from_loaded(loaded, name=label, batch_size=args.batch_size, device=args.device,
@@ -42,7 +67,7 @@ def _scorers(args):
     for j, text_model in enumerate(args.text_model or []):
         scorer = SentenceTransformerScorer.minilm(precision=args.precision) if text_model == "minilm" else \
             SentenceTransformerScorer(text_model, device=args.device, precision=args.precision)
-        i = len(models) + j
+        i = len(checked) + j
         yield (labels[i] if i < len(labels) else scorer.name), scorer
 
 
@@ -52,30 +77,47 @@ def _options(text: str | None) -> dict:
     try:
         options = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"--options is not valid JSON ({e})") from None
+        raise InputError(f"--options is not valid JSON ({e})") from None
     if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):
-        raise ValueError('--options must be a JSON object of objects, e.g. \'{"aro": {"seeds": [0, 1]}}\'')
+        raise InputError('--options must be a JSON object of objects, e.g. \'{"aro": {"seeds": [0, 1]}}\'')
     return options
 
 
 def cmd_score(args) -> int:
-    from eval.api import check_data, flatten, run
-    from eval.report import write_reports
-    if not (args.model or args.text_model):
-        raise SystemExit("error: give at least one --model or --text-model")
+    from eval.api import check_data, flatten, run as run_benchmarks, validate_names
+    if not (args.model or args.pretrained or args.text_model):
+        raise InputError("give at least one --pretrained (with or without --model) or --text-model")
     options = _options(args.options)
-    # every file of every benchmark, before any model is loaded (image scorers need the images)
-    check_data(args.benchmarks, args.data_root, options, require_images=bool(args.model))
-    results = {}
-    for label, scorer in _scorers(args):
+    if not args.benchmarks:
+        raise InputError("--benchmarks is empty; give comma-separated names (python -m eval list shows them)")
+    validate_names(args.benchmarks, options)  # names first: a typo costs no model load
+    # every file of every benchmark (image scorers need the images), then every model argument,
+    # all before any model is loaded; the data check imports no open_clip, so it answers first
+    check_data(args.benchmarks, args.data_root, options, require_images=bool(args.model or args.pretrained))
+    checked = _model_args(args)
+    results, failed = {}, {}
+    for label, scorer in _scorers(args, checked):
         logging.info("scoring %s", label)
-        results[label] = run(scorer, args.benchmarks, args.data_root, options, progress=not args.quiet,
-                             per_instance=args.per_instance, batch_size=args.batch_size)
+        failures: dict = {}
+        results[label] = run_benchmarks(scorer, args.benchmarks, args.data_root, options, progress=not args.quiet,
+                                        per_instance=args.per_instance, batch_size=args.batch_size,
+                                        failures=failures)
+        for name, err in failures.items():
+            logging.warning("%s: scoring failed for %s (%s: %s); the other benchmarks go on", name, label,
+                            type(err).__name__, one_line(err))
+            failed.setdefault(name, (label, err))
         for k, v in flatten(results[label]).items():
             print(f"{label}\t{k}\t{v:.4f}")
     if args.out:
+        from eval.report import write_reports
         written = write_reports(results, args.out, per_instance=args.per_instance, plots=not args.no_plots)
         print(f"reports written to {args.out}: {', '.join(p.name for p in written.values())}")
+    if failed:
+        name, (label, err) = next(iter(failed.items()))
+        others = f" (and {', '.join(list(failed)[1:])})" if len(failed) > 1 else ""
+        kept = f"the report of what was scored is in {args.out}" if args.out else "what was scored is printed above"
+        raise RunFault(f"{name}{others}: scoring failed for {label} ({type(err).__name__}: {one_line(err)}); "
+                       f"{kept}; fix the data it names and score again with --benchmarks {','.join(failed)}")
     return 0
 
 
@@ -89,52 +131,75 @@ def cmd_list(args) -> int:
 
 
 def cmd_download(args) -> int:
-    from eval.download import download
-    try:
-        download(args.benchmarks, args.data_root, images=args.images, force=args.force)
-    except RuntimeError as e:  # every failed file, listed once
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    from eval import download as dl
+    dl.QUIET = args.quiet
+    benchmarks = list(args.benchmarks or [])
+    if args.names:
+        deprecated(f"download {' '.join(args.names)}", f"download --benchmarks {','.join(args.names)}")
+        benchmarks += args.names
+    if not benchmarks:
+        raise InputError("download: give --benchmarks (comma-separated; python -m eval list shows them)")
+    dl.download(benchmarks, args.data_root, images=args.images, force=args.force)
     return 0
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m eval", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
+def make_main_parser() -> argparse.ArgumentParser:
+    p = make_parser("python -m eval", __doc__.split("\n\n")[0] + "\n\n" + EXAMPLE)
+    sub = add_subparsers(p)
     s = sub.add_parser("score", help="score models on benchmarks and write reports")
-    s.add_argument("--model", action="append", help="open_clip architecture (repeat for several models)")
-    s.add_argument("--pretrained", action="append", help="tag, checkpoint path or 'none', one per --model")
-    s.add_argument("--text-model", action="append", help="'minilm' or a sentence-transformers folder")
-    s.add_argument("--label", action="append", help="display name per model, in order")
-    s.add_argument("--lineage", default="auto", choices=["auto", "openai", "other"])
-    s.add_argument("--benchmarks", nargs="+", required=True)
-    s.add_argument("--data-root", required=True)
-    s.add_argument("--out", help="report folder (JSON, Markdown, plots)")
+    s.add_argument("--model", action="append", metavar="ARCH",
+                   help="open_clip architecture, one per --pretrained in order; leave it out when every "
+                        "--pretrained is a compclip checkpoint (its sidecar names the architecture)")
+    s.add_argument("--pretrained", action="append", metavar="WEIGHTS",
+                   help="open_clip tag, 'none' (random weights) or a checkpoint: a .pt file, a pointer file "
+                        "(runs/NAME/checkpoints/best), a run's checkpoints/ folder or the run folder (its latest)")
+    s.add_argument("--text-model", action="append", metavar="NAME",
+                   help="'minilm' or a sentence-transformers folder (repeat for several)")
+    s.add_argument("--label", action="append",
+                   help="display name per model, in order; models without one are shown as ARCH:WEIGHTS")
+    s.add_argument("--lineage", default="auto", choices=["auto", "openai", "other"],
+                   help="where bare weights come from (openai: build with QuickGELU)")
+    s.add_argument("--benchmarks", action=CommaList, required=True, metavar="NAMES",
+                   help="comma-separated benchmark names (python -m eval list), e.g. visla,aro")
+    s.add_argument("--data-root", required=True, help="folder holding the benchmarks (docs/benchmark_data.md)")
+    s.add_argument("--out", help="report folder (JSON, Markdown, plots); none: print the metrics only")
     s.add_argument("--options", help='JSON per benchmark, e.g. \'{"aro": {"seeds": [0, 1]}}\'')
-    s.add_argument("--per-instance", action="store_true")
-    s.add_argument("--batch-size", type=int, default=256)
-    s.add_argument("--device", default="cpu")
+    s.add_argument("--per-instance", action="store_true", help="keep per-item records in the JSON reports")
+    s.add_argument("--batch-size", type=int, default=256, help="items per encoder call")
+    s.add_argument("--device", default="cpu", help="torch device")
     s.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"],
                    help="towers and score arithmetic (fp16: as the ARO / SugarCrepe++ reference scripts "
                         "score OpenAI CLIP and NegCLIP on CUDA; see docs/eval.md)")
-    s.add_argument("--no-plots", action="store_true")
-    s.add_argument("--quiet", action="store_true")
+    s.add_argument("--no-plots", action="store_true", help="write no radar / bar charts")
+    s.add_argument("--quiet", action="store_true", help="no progress bars")
+    s.add_argument("-v", "--verbose", action="store_true", help="full tracebacks")
     s.set_defaults(fn=cmd_score)
-    sub.add_parser("list", help="list the benchmarks").set_defaults(fn=cmd_list)
+    ls = sub.add_parser("list", help="list the benchmarks")
+    ls.add_argument("-v", "--verbose", action="store_true", help="full tracebacks")
+    ls.set_defaults(fn=cmd_list)
     d = sub.add_parser("download", help="fetch benchmark files into a data root")
-    d.add_argument("benchmarks", nargs="+")
-    d.add_argument("--data-root", required=True)
+    d.add_argument("--benchmarks", action=CommaList, metavar="NAMES",
+                   help="comma-separated benchmark names (python -m eval list), e.g. visla,sugarcrepe")
+    d.add_argument("names", nargs="*", help=argparse.SUPPRESS)  # the old positional form, until 0.3
+    d.add_argument("--data-root", required=True, help="folder the benchmarks go into")
     d.add_argument("--images", action="store_true", help="also fetch the (large) image archives")
     d.add_argument("--force", action="store_true", help="re-download files that are present")
+    d.add_argument("--quiet", action="store_true", help="no progress bars")
+    d.add_argument("-v", "--verbose", action="store_true", help="full tracebacks")
     d.set_defaults(fn=cmd_download)
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    return p
+
+
+def _call(args) -> int:
     from eval.benchmarks.base import MissingData
     try:
         return args.fn(args)
-    except MissingData as e:  # one message listing every problem; no traceback
-        print(str(e), file=sys.stderr)
+    except MissingData as e:  # one message listing every problem and the commands that fetch them
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    except (ValueError, KeyError) as e:  # bad input (names, options, malformed files): one line
-        print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
-        return 2
+
+
+def main(argv=None) -> int:
+    args = make_main_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    return run(lambda: _call(args), verbose=args.verbose)

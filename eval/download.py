@@ -11,7 +11,10 @@ present file with a wrong checksum is fetched again. Google Drive and BLIP-bucke
 published checksum: the sha256 and size of every file and archive fetched are recorded in the
 data root (`eval.checksums`) and checked on every later use and every later download, so a
 truncated file or an upstream change is caught. Flickr30k and ImageNet images need a licence
-sign-up: the command prints where to put them.
+sign-up: the command prints where to put them. Each fetch shows a bar on stderr naming the file,
+with its size as the total when the server sends one. A file that cannot be fetched is logged in
+one line as it fails and the others are fetched; at the end `DownloadFailed` (a fault: exit 3)
+names every failed file in one line; files already fetched are kept.
 
 Pins: SugarCrepe `0047054b243992f0fad63d6f64f7544862daf846` and SugarCrepe++
 `c083bbf039a5ca215acaf25e7ee736d2ea6f3864` (full hashes found in the stored repositories).
@@ -29,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import tarfile
 import tempfile
 import urllib.request
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
+from compclip.cli import RunFault, one_line, progress
 from eval import checksums
 from eval.checksums import digest
 
@@ -122,11 +125,29 @@ MANUAL = {
 }
 
 
-def fetch(url: str, dest: Path) -> None:
-    """Stream `url` (http(s) or file://) to `dest`."""
+class DownloadFailed(RunFault, RuntimeError):
+    """Some files could not be fetched (or failed their checksum); `failed` holds one line each."""
+
+    def __init__(self, failed: list[str], names: list[str]):
+        self.failed = failed
+        super().__init__(f"{len(failed)} download(s) failed: {'; '.join(failed)}; files already fetched are kept: "
+                         f"check the network (or the file's source) and run the same command again")
+        self.names = names
+
+
+QUIET = False  # `--quiet`: no download bars
+
+
+def fetch(url: str, dest: Path, desc: Optional[str] = None) -> None:
+    """Stream `url` (http(s) or file://) to `dest`, with a bar named `desc` (bytes, total when known)."""
     req = urllib.request.Request(url, headers={"User-Agent": "compclip-eval"})
     with urllib.request.urlopen(req, timeout=60) as r, open(dest, "wb") as f:
-        shutil.copyfileobj(r, f, length=1 << 20)
+        size = r.headers.get("Content-Length") if hasattr(r, "headers") else None
+        with progress(total=int(size) if size and size.isdigit() else None, desc=f"download {desc or url}",
+                      unit="B", unit_scale=True, unit_divisor=1024, quiet=QUIET, leave=False) as bar:
+            while chunk := r.read(1 << 20):
+                f.write(chunk)
+                bar.update(len(chunk))
 
 
 def _check(src: Source, path: Path) -> Optional[str]:
@@ -159,7 +180,7 @@ def _get_file(src: Source, root: Path, force: bool) -> None:
     os.close(fd)
     try:
         log.info("fetch   %s -> %s", src.url, dest)
-        fetch(src.url, Path(tmp))
+        fetch(src.url, Path(tmp), desc=src.dest)
         problem = _check(src, Path(tmp)) or _check_recorded(recorded, Path(tmp), f"{dest} <- {src.url}")
         if problem:
             raise ValueError(f"download check failed: {problem}")
@@ -184,7 +205,7 @@ def _get_archive(src: Source, root: Path, force: bool) -> None:
     os.close(fd)
     try:
         log.info("fetch   %s -> %s", src.url, target)
-        fetch(src.url, Path(tmp))
+        fetch(src.url, Path(tmp), desc=f"{src.dest} ({Path(src.url).name})")
         problem = _check(src, Path(tmp)) or _check_recorded(recorded, Path(tmp), src.url)
         if problem:
             raise ValueError(f"download check failed: {problem}")
@@ -233,17 +254,19 @@ def download(benchmarks: Iterable[str], data_root: str | Path, images: bool = Fa
     root = Path(data_root)
     benchmarks = list(benchmarks)
     todo = sources if sources is not None else sources_for(benchmarks, images)
-    failed = []
+    failed, names = [], []
     for src in todo:
         try:
             {"file": _get_file, "zip": _get_archive, "tar": _get_archive, "hf": _get_hf}[src.kind](src, root, force)
-        except Exception as e:  # keep going; report every failure at the end
-            failed.append(f"{src.dest} <- {src.url}: {e}")
+        except Exception as e:  # noqa: BLE001 -- keep going; every failure is named at the end
+            failed.append(f"{src.dest} ({one_line(e)})")
+            names.append(src.dest)
+            log.warning("failed  %s <- %s: %s", root / src.dest, src.url, one_line(e))
     for b in benchmarks:
         if b in MANUAL:
             log.info("note    %s", MANUAL[b])
     if not images and any(s.images for s in SOURCES if s.benchmark in benchmarks):
         log.info("note    image archives were not fetched; add --images to fetch them")
     if failed:
-        raise RuntimeError("some downloads failed:\n  " + "\n  ".join(failed))
+        raise DownloadFailed(failed, names)
     return todo

@@ -2,7 +2,8 @@
 
 `load_model` is the one place a CLIP model is built: any open_clip architecture (ours included,
 see `registry`) with a pretrained tag, an open_clip or compclip checkpoint file, or random
-weights, guarded against the QuickGELU lineage trap. `checkpoint` writes and reads weights that
+weights, guarded against the QuickGELU lineage trap; a checkpoint may be a file, a pointer file, a
+run folder or its `checkpoints/` folder (`checkpoint.resolve_checkpoint`). `checkpoint` writes and reads weights that
 plain open_clip loads, with a JSON metadata sidecar, atomically. Names are imported on first use,
 so a command that only writes files (datagen) does not pay for importing torch and open_clip.
 """
@@ -13,8 +14,12 @@ import importlib
 _WHERE = {
     "CheckpointMeta": "models.checkpoint", "latest_checkpoint": "models.checkpoint",
     "read_meta": "models.checkpoint", "save_checkpoint": "models.checkpoint",
-    "ActivationMismatch": "models.load", "LoadedModel": "models.load", "ModelInfo": "models.load",
-    "load_model": "models.load",
+    "resolve_checkpoint": "models.checkpoint", "CheckpointError": "models.checkpoint",
+    "CheckpointNotFound": "models.checkpoint",
+    "ActivationMismatch": "models.load", "ArchitectureMismatch": "models.load",
+    "CorruptCheckpoint": "models.load", "UnknownArchitecture": "models.load",
+    "LoadedModel": "models.load", "ModelInfo": "models.load", "load_model": "models.load",
+    "resolve_model": "models.load",
 }
 __all__ = sorted(_WHERE)
 

@@ -6,6 +6,12 @@
 recipe, step, epoch, metrics). Every file is written to a temporary name, flushed and renamed, and
 the pointer `<dir>/latest` is moved only after both files are complete, so a kill mid-save never
 leaves a torn checkpoint as the latest one.
+
+`resolve_checkpoint(path)` is the one reading of "a checkpoint" every command accepts (docs/cli.md):
+a checkpoint file, a pointer file (`best`, `latest`), a run's `checkpoints/` folder or the run
+folder itself (their `latest`). Whatever is wrong with it (a missing path, a run that has saved
+nothing, a pointer naming a removed file, a damaged sidecar) is a `CheckpointError`: bad input,
+one line naming the path and the fix.
 """
 from __future__ import annotations
 
@@ -18,10 +24,26 @@ from typing import Any, Callable, Optional
 
 from typing import TYPE_CHECKING
 
+from compclip.cli import InputError
+
 if TYPE_CHECKING:  # torch is imported where weights are saved: datagen imports atomic_write alone
     from torch import nn
 
 FORMAT_VERSION = 1
+POINTERS = ("latest", "best")
+WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".npz", ".npy")
+FORMS = "a checkpoint file (.pt), a pointer file (best, latest), a run's checkpoints/ folder or the run folder"
+
+
+class CheckpointError(InputError, ValueError):
+    """A path given as a checkpoint that names no usable checkpoint (bad input: exit 2)."""
+
+
+class CheckpointNotFound(CheckpointError, FileNotFoundError):
+    """The path, or the checkpoint a pointer or run folder stands for, does not exist."""
+
+    def __str__(self) -> str:  # OSError would prefix an errno; keep the message as written
+        return self.args[0]
 
 
 @dataclass
@@ -87,12 +109,14 @@ def read_meta(checkpoint: str | Path) -> Optional[CheckpointMeta]:
         return None
     try:
         data = json.loads(side.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{side}: checkpoint metadata is not valid JSON ({err})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{side}: checkpoint metadata is not valid JSON ({err}); restore it from the run "
+                              f"or delete it and give the architecture explicitly") from None
     known = {f.name for f in fields(CheckpointMeta)}
-    missing = [k for k in ("arch", "activation", "lineage") if k not in data]
+    missing = [k for k in ("arch", "activation", "lineage") if not isinstance(data, dict) or k not in data]
     if missing:
-        raise ValueError(f"{side}: checkpoint metadata lacks {', '.join(missing)}")
+        raise CheckpointError(f"{side}: checkpoint metadata lacks {', '.join(missing)}; restore it from the run "
+                              f"or delete it and give the architecture explicitly")
     return CheckpointMeta(**{k: v for k, v in data.items() if k in known})
 
 
@@ -103,5 +127,45 @@ def latest_checkpoint(directory: str | Path, pointer: str = "latest") -> Optiona
         return None
     path = Path(directory) / pointer_file.read_text().strip()
     if not (path.is_file() and sidecar_path(path).is_file()):
-        raise FileNotFoundError(f"{pointer_file} names {path.name}, which is missing or has no sidecar")
+        raise CheckpointNotFound(f"{pointer_file} names {path.name}, which is missing or has no sidecar; "
+                                 f"give another checkpoint of the run (ls {directory})")
     return path
+
+
+def is_pointer(path: str | Path) -> bool:
+    """A pointer file: a short text file holding one checkpoint file name (what `save_checkpoint`
+    writes as `latest` / `best`)."""
+    path = Path(path)
+    if path.suffix in WEIGHT_SUFFIXES or not path.is_file() or path.stat().st_size > 1024:
+        return False
+    try:
+        lines = path.read_text(encoding="utf-8").split()
+    except (UnicodeDecodeError, OSError):
+        return False
+    return len(lines) == 1 and Path(lines[0]).suffix in WEIGHT_SUFFIXES
+
+
+def resolve_checkpoint(path: str | Path, pointer: str = "latest") -> Path:
+    """The checkpoint file `path` stands for: a checkpoint file as it is; a pointer file (`best`,
+    `latest`): the file it names; a run's `checkpoints/` folder or the run folder: its `pointer`.
+    Raises `CheckpointNotFound` (one line naming the path and the fix) when there is none."""
+    given = Path(path)
+    if not given.exists():
+        raise CheckpointNotFound(f"{given}: no such checkpoint; give {FORMS}")
+    found = given
+    if given.is_dir():
+        folder = given / "checkpoints" if (given / "checkpoints").is_dir() else given
+        found = folder / pointer
+        if not found.is_file():
+            saved = sorted(p.name for p in folder.glob("*.pt"))
+            what = (f"holds {len(saved)} checkpoint file(s) ({saved[-1]} last) but no '{pointer}' pointer; "
+                    f"give one of them" if saved else "holds no checkpoint yet (the run has saved none); give "
+                    "a run folder that holds one, or a checkpoint file")
+            raise CheckpointNotFound(f"{given}: {'its checkpoints/ folder ' if folder != given else ''}{what}")
+    if is_pointer(found):
+        target = found.parent / found.read_text(encoding="utf-8").strip()
+        if not target.is_file():
+            raise CheckpointNotFound(f"{found} names {target.name}, which is missing (removed by the run's "
+                                     f"keep_last?); give another checkpoint of the run (ls {found.parent})")
+        return target
+    return found

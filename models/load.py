@@ -7,11 +7,21 @@ with QuickGELU; open_clip >= 2.29 no longer forces it, so building them with GEL
 wrong numbers. Here the weights' activation is worked out first (the tag's pretrained config, the
 checkpoint's sidecar, or `lineage="openai"`), the model is built with it, and any disagreement
 with what was asked for or what was built raises `ActivationMismatch`.
+
+A checkpoint may be given in any form `models.checkpoint.resolve_checkpoint` reads (a file, a
+pointer file, a run or checkpoints folder). Its sidecar names its architecture: `arch` may then be
+left out, and a different one is refused (`ArchitectureMismatch`) rather than built with resized
+position embeddings, which would score another model. Bare files are checked too: weights whose
+shapes differ from the architecture's are refused, not resized. A file that cannot be read is a
+`CorruptCheckpoint` naming it. `resolve_model` runs these checks without building anything, so a
+command can validate every model it was given before loading the first.
 """
 from __future__ import annotations
 
+import difflib
 import logging
 import os
+import zipfile
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Literal, Optional
 
@@ -20,7 +30,8 @@ import torch
 from torch import nn
 
 import models.registry  # noqa: F401  (registers the tiny architectures)
-from models.checkpoint import read_meta
+from compclip.cli import InputError
+from models.checkpoint import WEIGHT_SUFFIXES, CheckpointError, read_meta, resolve_checkpoint, sidecar_path
 from models.text_length import enable_text_trimming
 
 log = logging.getLogger(__name__)
@@ -28,8 +39,20 @@ log = logging.getLogger(__name__)
 Activation = Literal["gelu", "quickgelu"]
 
 
-class ActivationMismatch(ValueError):
+class ActivationMismatch(InputError, ValueError):
     """The weights' activation differs from the one asked for or built."""
+
+
+class ArchitectureMismatch(InputError, ValueError):
+    """The architecture asked for is not the one the checkpoint was trained as."""
+
+
+class UnknownArchitecture(InputError, ValueError):
+    """No open_clip architecture (ours included) has that name."""
+
+
+class CorruptCheckpoint(CheckpointError):
+    """The checkpoint file is there but cannot be read as weights."""
 
 
 @dataclass(frozen=True)
@@ -96,16 +119,13 @@ def load_model(
     cache_dir: Optional[str] = None,
     trim_text: bool = True,
 ) -> LoadedModel:
-    """Build a model; `arch` may be omitted for a compclip checkpoint (its sidecar names it).
+    """Build a model. `pretrained`: an open_clip tag, a checkpoint (a file, a pointer file `best` /
+    `latest`, a run's `checkpoints/` folder or the run folder: `resolve_checkpoint`), or None for
+    random weights; `arch` may be omitted for a compclip checkpoint (its sidecar names it).
     `trim_text`: encode texts at the batch's longest caption where that is exact
     (`models.text_length`); `LoadedModel.text_length` says what was done and why."""
-    if arch is None:
-        meta = read_meta(pretrained) if pretrained and os.path.isfile(pretrained) else None
-        if meta is None:
-            raise ValueError("load_model: arch is required unless pretrained is a compclip checkpoint")
-        arch = meta.arch
-    if arch not in open_clip.list_models():
-        raise ValueError(f"unknown architecture '{arch}' (see open_clip.list_models())")
+    arch, pretrained = resolve_model(arch, pretrained)
+    state = _read_state(pretrained) if pretrained and os.path.isfile(pretrained) else None
 
     origin, weights_act = _weights_origin(arch, pretrained, lineage)
     if activation != "auto" and weights_act is not None and activation != weights_act:
@@ -125,8 +145,16 @@ def load_model(
                     "building %s as configured. Set model.lineage=openai for OpenAI-derived weights.",
                     pretrained, arch)
 
-    model, preprocess_train, preprocess = open_clip.create_model_and_transforms(
-        arch, pretrained=pretrained, device=device, precision=precision, cache_dir=cache_dir, **kwargs)
+    try:
+        model, preprocess_train, preprocess = open_clip.create_model_and_transforms(
+            arch, pretrained=pretrained, device=device, precision=precision, cache_dir=cache_dir, **kwargs)
+    except RuntimeError as err:
+        if state is None or "loading state_dict" not in str(err):
+            raise
+        raise ArchitectureMismatch(f"{pretrained}: its weights do not fit '{arch}' "
+                                   f"({_first_difference(err)}); give the architecture it was trained as") from None
+    if state is not None:
+        _refuse_resized(pretrained, arch, state, model)
     built = built_activation(model)
     if weights_act is not None and built not in (weights_act, "n/a"):
         raise ActivationMismatch(
@@ -139,3 +167,93 @@ def load_model(
         length = "per batch" if reason is None else f"full context ({reason})"
     return LoadedModel(model=model, preprocess=preprocess, preprocess_train=preprocess_train,
                        tokenizer=open_clip.get_tokenizer(arch), info=info, text_length=length)
+
+
+def _looks_like_path(pretrained: str) -> bool:
+    return (os.path.exists(pretrained) or os.sep in pretrained or "/" in pretrained
+            or pretrained.endswith(WEIGHT_SUFFIXES) or pretrained in ("best", "latest")) \
+        and not pretrained.startswith("hf-hub:")
+
+
+def resolve_model(arch: Optional[str], pretrained: Optional[str]) -> tuple[str, Optional[str]]:
+    """(architecture, weights) as `load_model` will build them, checked without building anything:
+    a checkpoint path resolved to its file (`resolve_checkpoint`), the architecture taken from
+    its sidecar (a different one given is an `ArchitectureMismatch`), the architecture known
+    (`UnknownArchitecture`), a tag one open_clip has for it, a file that is readable
+    (`CorruptCheckpoint`). Every error is one line naming the path or name and the fix."""
+    if pretrained and _looks_like_path(pretrained):
+        path = resolve_checkpoint(pretrained)
+        pretrained = str(path)
+        meta = read_meta(path)
+        if meta is not None and arch is not None and arch != meta.arch:
+            raise ArchitectureMismatch(
+                f"{path}: the checkpoint is a '{meta.arch}' (its sidecar {sidecar_path(path).name} says so), "
+                f"not '{arch}'; leave the architecture out (it is read from the checkpoint) or give '{meta.arch}'")
+        if arch is None:
+            if meta is None:
+                raise InputError(f"{path}: no architecture given and the checkpoint has no sidecar "
+                                 f"({sidecar_path(path).name}) naming one; give the architecture it was trained as")
+            arch = meta.arch
+        _check_readable(path)
+    elif arch is None:
+        raise InputError(f"no architecture given for weights '{pretrained or 'none'}'; give an open_clip "
+                         "architecture (only a compclip checkpoint names its own)")
+    if arch not in open_clip.list_models():
+        ours = ", ".join(models.registry.TINY_ARCHS)
+        close = difflib.get_close_matches(arch, open_clip.list_models(), n=3)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise UnknownArchitecture(f"unknown architecture '{arch}'; {hint}ours: {ours}; "
+                                  "the rest: python -c 'import open_clip; print(open_clip.list_models())'")
+    if pretrained and not os.path.isfile(pretrained):
+        _weights_origin(arch, pretrained, "auto")  # an unknown tag fails here, listing the known ones
+    return arch, pretrained
+
+
+def _check_readable(path) -> None:
+    """A weights file that torch can open (a truncated or foreign file fails here, cheaply:
+    a zip checkpoint is opened memory-mapped, its tensors not read)."""
+    _read_state(path)
+
+
+def _read_state(path) -> Optional[dict]:
+    """The state dict of a torch checkpoint file, memory-mapped where possible; `CorruptCheckpoint`
+    naming the file when it cannot be read. None for formats open_clip reads itself."""
+    if str(path).endswith((".safetensors", ".npz", ".npy")):
+        return None
+    fix = "copy it again, or give another checkpoint of the run"
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if not zipfile.is_zipfile(path) and not head.startswith(b"\x80"):  # neither torch's zip nor a legacy pickle
+        size = os.path.getsize(path)
+        raise CorruptCheckpoint(f"{path}: not a readable checkpoint ({size} bytes, no zip directory: truncated "
+                                f"or not PyTorch weights); {fix}")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True, mmap=head.startswith(b"PK"))
+    except Exception as err:  # noqa: BLE001 -- damaged archives and foreign pickles all end here
+        first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        raise CorruptCheckpoint(f"{path}: not a readable checkpoint ({type(err).__name__}: "
+                                f"{first.split('. ')[0][:160]}); {fix}") from None
+    state = data.get("state_dict", data) if isinstance(data, dict) else None
+    if not isinstance(state, dict) or not state or not all(hasattr(v, "shape") for v in state.values()):
+        raise CorruptCheckpoint(f"{path}: holds no state dict of tensors; give a checkpoint written by the "
+                                "trainer or open_clip")
+    if next(iter(state)).startswith("module."):
+        state = {k[len("module."):]: v for k, v in state.items()}
+    return state
+
+
+def _refuse_resized(path, arch: str, state: dict, model: nn.Module) -> None:
+    """open_clip resizes position embeddings that do not fit the architecture; refuse instead."""
+    built = model.state_dict()
+    diff = [f"{k} {list(v.shape)} in the file, {list(built[k].shape)} in '{arch}'"
+            for k, v in state.items() if k in built and v.numel() != built[k].numel()]  # reshapes are fine
+    if diff:
+        raise ArchitectureMismatch(f"{path}: its weights do not fit '{arch}' ({diff[0]}); give the architecture "
+                                   "it was trained as")
+
+
+def _first_difference(err: BaseException) -> str:
+    """The first useful line of torch's multi-line load_state_dict error."""
+    lines = [line.strip().rstrip(".") for line in str(err).splitlines() if line.strip()]
+    detail = next((line for line in lines[1:]), lines[0] if lines else type(err).__name__)
+    return detail if len(detail) < 200 else detail[:200] + "..."

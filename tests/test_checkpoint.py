@@ -81,3 +81,40 @@ def test_sigkill_during_saves_never_leaves_a_torn_latest(tmp_path, repo_root):
     assert meta.step >= 4
     model, _, _ = open_clip.create_model_and_transforms("micro-vit-32", pretrained=str(path))
     assert model is not None
+
+
+def test_a_checkpoint_may_be_given_as_run_folder_checkpoints_folder_or_pointer(tmp_path, micro_model):
+    """`load_model` (so the trainer's model.pretrained, datagen knn --pretrained and eval) reads every
+    form docs/cli.md names; a missing path or a run that saved nothing is one line naming it."""
+    from models import CheckpointNotFound, resolve_checkpoint
+    run = tmp_path / "runs" / "x"
+    meta = CheckpointMeta(arch="micro-vit-32", activation="gelu", lineage="none")
+    first = save_checkpoint(run / "checkpoints", "step-0000001", micro_model.model, meta, pointers=("latest", "best"))
+    second = save_checkpoint(run / "checkpoints", "step-0000002", micro_model.model, meta)
+    assert resolve_checkpoint(run) == second and resolve_checkpoint(run / "checkpoints") == second
+    assert resolve_checkpoint(run / "checkpoints" / "best") == first
+    assert resolve_checkpoint(run / "checkpoints" / "latest") == second and resolve_checkpoint(first) == first
+    for given in (run, run / "checkpoints" / "best"):
+        loaded = load_model("micro-vit-32", str(given))
+        assert loaded.info.pretrained in (str(first), str(second))
+    assert load_model(pretrained=str(run)).info.arch == "micro-vit-32"  # the architecture from the sidecar
+    (run / "empty" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(CheckpointNotFound, match=f"^{run / 'empty'}: its checkpoints/ folder holds no checkpoint yet"):
+        load_model("micro-vit-32", str(run / "empty"))
+    with pytest.raises(CheckpointNotFound, match=f"^{tmp_path / 'nope.pt'}: no such checkpoint; give a checkpoint"):
+        load_model("micro-vit-32", str(tmp_path / "nope.pt"))
+    second.unlink()
+    with pytest.raises(CheckpointNotFound, match="names step-0000002.pt, which is missing"):
+        load_model("micro-vit-32", str(run))
+
+
+def test_a_corrupt_checkpoint_is_named(tmp_path, micro_model):
+    from models import CorruptCheckpoint
+    meta = CheckpointMeta(arch="micro-vit-32", activation="gelu", lineage="none")
+    path = save_checkpoint(tmp_path, "step-0000001", micro_model.model, meta)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(CorruptCheckpoint, match=f"^{path}: not a readable checkpoint .*truncated"):
+        load_model(pretrained=str(path))
+    path.write_bytes(b"")
+    with pytest.raises(CorruptCheckpoint, match=f"^{path}: not a readable checkpoint"):
+        load_model(pretrained=str(path))

@@ -45,7 +45,7 @@ def test_empty_root_lists_every_suite_in_one_message(tmp_path):
                   "aro/coco_order", "retrieval/coco", "zeroshot/cifar10", "zeroshot/cifar100", "visla_lexical",
                   "left_right"):
         assert bench in text, bench
-    assert f"python -m eval download visla --data-root {empty} --images" in text
+    assert f"python -m eval download --benchmarks visla --data-root {empty} --images" in text
     assert "flickr30k" not in text and "imagenet" not in text  # manual parts are not missing unless asked for
     assert all(" -> " in line for line in lines) and len(lines) < 15  # one line per problem, grouped
     with pytest.raises(MissingData) as err:
@@ -54,8 +54,8 @@ def test_empty_root_lists_every_suite_in_one_message(tmp_path):
     assert isinstance(err.value, ValueError) and all(line in msg for line in lines)
     commands = [line.strip() for line in msg.splitlines() if line.strip().startswith("python -m eval download")]
     with_images = next(c for c in commands if c.endswith(f"--data-root {empty} --images"))
-    assert set(with_images.split()[4:-3]) == {"visla", "sugarcrepe", "sugarcrepe_pp", "aro", "retrieval"}
-    assert f"python -m eval download bivlc zeroshot --data-root {empty}" in commands
+    assert set(with_images.split()[5].split(",")) == {"visla", "sugarcrepe", "sugarcrepe_pp", "aro", "retrieval"}
+    assert f"python -m eval download --benchmarks bivlc,zeroshot --data-root {empty}" in commands
     assert "aro/flickr30k_order skipped" in msg and "forms.illinois.edu" in msg  # said, but not required
     # a text-only scorer needs no images and skips image-only benchmarks
     text_only = missing_data(["visla", "sugarcrepe", "bivlc"], empty, require_images=False)
@@ -71,16 +71,16 @@ def test_cli_reports_all_before_loading_any_model(tmp_path, monkeypatch, capsys)
     monkeypatch.setattr(models, "load_model", must_not_load)
     monkeypatch.setattr(SentenceTransformerScorer, "minilm", classmethod(must_not_load))
     rc = main(["score", "--model", "ViT-B-32", "--pretrained", "openai", "--text-model", "minilm",
-               "--benchmarks", "visla", "sugarcrepe", "sugarcrepe_pp", "bivlc", "aro",
+               "--benchmarks", "visla,sugarcrepe,sugarcrepe_pp,bivlc,aro",
                "--data-root", str(tmp_path / "empty"), "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2 and "Traceback" not in err
     for bench in ("visla", "sugarcrepe", "sugarcrepe_pp", "bivlc", "aro/vg_relation"):
         assert f"\n  {bench}" in err, bench
-    assert err.startswith("benchmark data missing under") and "fetch everything that can be fetched with" in err
+    assert err.startswith("error: benchmark data missing under") and "fetch everything that can be fetched with" in err
     # bad input is one line and exit 2 too
     assert main(["score", "--text-model", "minilm", "--benchmarks", "nope", "--data-root", str(tmp_path)]) == 2
-    assert "unknown benchmark(s) ['nope']" in capsys.readouterr().err
+    assert "error: unknown benchmark 'nope'; known: aro, bivlc" in capsys.readouterr().err
     assert main(["score", "--text-model", "minilm", "--benchmarks", "visla", "--data-root", str(tmp_path),
                  "--options", "{bad"]) == 2
     assert "--options is not valid JSON" in capsys.readouterr().err
@@ -156,7 +156,7 @@ def test_archive_checksum_recorded_and_a_changed_archive_refused(tmp_path, monke
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("images/1.jpg", b"one")
     payload = {"bytes": archive.read_bytes()}
-    monkeypatch.setattr(dl, "fetch", lambda url, dest: dest.write_bytes(payload["bytes"]))
+    monkeypatch.setattr(dl, "fetch", lambda url, dest, desc=None: dest.write_bytes(payload["bytes"]))
     src = dl.Source("aro", "aro", dl.DRIVE.format("x"), "zip", images=True)
     data = tmp_path / "root"
     dl.download(["aro"], data, sources=[src])

@@ -60,7 +60,7 @@ def test_zip_archives_unpack_via_monkeypatched_fetch(tmp_path, monkeypatch):
         z.writestr("val2017/000000000001.jpg", b"jpeg bytes")
     calls = []
 
-    def fake_fetch(url, dest):
+    def fake_fetch(url, dest, desc=None):
         calls.append(url)
         Path(dest).write_bytes(archive.read_bytes())
     monkeypatch.setattr(dl, "fetch", fake_fetch)

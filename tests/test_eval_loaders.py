@@ -54,13 +54,14 @@ def test_missing_images_give_one_message_with_the_command(real_root):
     with pytest.raises(MissingData) as err:
         get_benchmark("visla").load(real_root, require_images=True)
     msg = str(err.value)
-    assert "000000460347.jpg" in msg and f"python -m eval download visla --data-root {real_root} --images" in msg
+    assert "000000460347.jpg" in msg
+    assert f"python -m eval download --benchmarks visla --data-root {real_root} --images" in msg
     assert "image(s) not found" in msg and len(msg.splitlines()) < 6  # counted, not dumped
 
 
 @pytest.mark.parametrize("name", ["bivlc", "aro", "retrieval", "zeroshot"])
 def test_absent_benchmarks_list_their_files(tmp_path, name):
-    with pytest.raises(MissingData, match=f"python -m eval download {name}"):
+    with pytest.raises(MissingData, match=f"python -m eval download --benchmarks {name}"):
         get_benchmark(name).load(tmp_path)
 
 

@@ -182,9 +182,14 @@ def test_cli_genimages_with_tiny_diffusers(src, tmp_path, capsys):
     assert main(["genimages", "--src", str(src), "--out", str(tmp_path / "o"), "--backend", "diffusers",
                  "--model", "tiny", "--steps", "1", "--guidance", "1", "--size", "32",
                  "--kinds", "replace", "--max-count", "5"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
     assert report["verified"]["partners"] == 9 and report["skipped"] == {"no_negative": 3}
     assert report["genimages"]["backend"] == "diffusers:tiny"
+    assert "genimages" in captured.err and "12/12" in captured.err, captured.err  # a bar with a total
+    assert main(["genimages", "--src", str(src), "--out", str(tmp_path / "q"), "--size", "16",
+                 "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_diffusers_backend_loads_a_local_pipeline_folder(tmp_path, tiny_backend):

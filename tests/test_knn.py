@@ -287,6 +287,13 @@ def test_cli_knn(image_set, tmp_path, capsys):
     from datagen.__main__ import main
     assert main(["knn", "--src", str(image_set), "--out", str(tmp_path / "o"), "--arch", "micro-vit-32",
                  "--k", "2", "--batch-size", "16", "--max-count", "100"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
     assert report["verified"]["with_neighbours"] == 29 and report["skipped"] == {"corrupt_image": 1}
+    for stage in ("knn embed", "knn search: 2 nearest neighbours of 30 images", "knn write"):
+        assert stage in captured.err, captured.err  # each long stage shows itself on stderr
+    assert "30.0/30.0" in captured.err.split("knn write")[-1]  # the write pass has a bar with a total
+    assert main(["knn", "--src", str(image_set), "--out", str(tmp_path / "q"), "--arch", "micro-vit-32",
+                 "--k", "2", "--batch-size", "16", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
     assert report["knn"]["k"] == 2 and (tmp_path / "o" / "keys.tsv").is_file()

@@ -65,3 +65,24 @@ def test_lineage_hint_applies_to_bare_files(tmp_path):
     assert hinted.info.activation == "quickgelu"
     with pytest.raises(ActivationMismatch):
         load_model("micro-vit-32", pretrained=str(path), lineage="openai", activation="gelu")
+
+
+def test_the_checkpoint_names_its_architecture_and_a_conflicting_one_is_refused(tmp_path):
+    """A demo-vit-64 checkpoint (32-token context) asked for as tiny-vit-64 (77) used to be built
+    with a resized position embedding: another model, scored without a word."""
+    from models import ArchitectureMismatch
+    demo = load_model("demo-vit-64")
+    meta = CheckpointMeta(arch="demo-vit-64", activation="gelu", lineage="none")
+    path = save_checkpoint(tmp_path, "step-0000001", demo.model, meta)
+    with pytest.raises(ArchitectureMismatch, match=r"the checkpoint is a 'demo-vit-64' .*, not 'tiny-vit-64'"):
+        load_model("tiny-vit-64", str(path))
+    assert load_model(pretrained=str(path)).info.arch == "demo-vit-64"
+    path.with_suffix(".json").unlink()  # a bare file: the shapes give it away
+    with pytest.raises(ArchitectureMismatch, match=r"positional_embedding \[32, 128\] in the file"):
+        load_model("tiny-vit-64", str(path))
+
+
+def test_unknown_architecture_suggests_close_names():
+    from models import UnknownArchitecture
+    with pytest.raises(UnknownArchitecture, match="unknown architecture 'tiny-vit-46'; did you mean tiny-vit-64"):
+        load_model("tiny-vit-46")

@@ -141,8 +141,8 @@ def test_two_pass_shuffle_resumes_in_the_same_order_and_refuses_another_seed(tmp
     part = shuffle_shard_set(src, tmp_path / "res", seed=2, buckets=4, max_count=40,
                              progress=False, stop_after=130)
     assert not part["complete"] and len(part["shards"]) == 3
-    args = ["shuffle", str(src), str(tmp_path / "res"), "--buckets", "4", "--max-count", "40",
-            "--quiet"]
+    args = ["shuffle", "--src", str(src), "--out", str(tmp_path / "res"), "--buckets", "4",
+            "--max-count", "40", "--quiet"]
     assert main(args + ["--seed", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "seed 2" in err[0] and "seed 3" in err[0]
@@ -158,8 +158,9 @@ def test_shuffle_errors_are_one_line(tmp_path, capsys):
     writer = ShardSetWriter(src, max_count=2)
     writer.add(ShardSample("a", "x"))
     writer.add(ShardSample("b", "y"))  # one complete shard, set not closed
-    assert main(["shuffle", str(src), str(tmp_path / "out"), "--quiet"]) == 2
+    assert main(["shuffle", "--src", str(src), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not complete" in err[0]
-    assert main(["shuffle", str(tmp_path / "nothing"), str(tmp_path / "out"), "--quiet"]) == 2
-    assert "no manifest" in capsys.readouterr().err
+    assert main(["shuffle", "--src", str(tmp_path / "nothing"), "--out", str(tmp_path / "out"),
+                 "--quiet"]) == 2
+    assert "nothing: no such folder" in capsys.readouterr().err

@@ -109,6 +109,26 @@ def test_prepare_coco_negatives_and_knn_feed_the_trainer(coco, tmp_path, capsys)
     assert item.partner_caption in CAPTIONS and len(item.negatives) == 2
 
 
+def test_prepare_coco_knn_checks_the_model_before_any_work(coco, tmp_path, capsys, monkeypatch):
+    """An unknown --arch or --pretrained, or weights that cannot be had, used to fail only after
+    stage 1 had written every image and negative (hours on COCO); now nothing is written."""
+    import huggingface_hub.constants
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty_cache"))
+    args = ["prepare", "coco", "--captions", str(coco / "captions_train2017.json"), "--images",
+            str(coco / "train2017"), "--out", str(tmp_path / "nn"), "--knn", "3", "--quiet"]
+    for extra, says in ((["--arch", "no-such-arch"], "unknown architecture 'no-such-arch'"),
+                        (["--arch", "tiny-vit-64", "--pretrained", str(tmp_path / "missing.pt")],
+                         "missing.pt: no such checkpoint"),
+                        (["--arch", "ViT-B-32", "--pretrained", "openai"],  # offline, nothing cached
+                         "--pretrained openai: cannot get the weights of ViT-B-32")):
+        assert main(args + extra) == 2
+        for folder in (tmp_path / "nn", tmp_path / "nn_base"):
+            assert not list(folder.glob("*.tar")) and not list(folder.glob(".*.tmp"))
+            assert not (folder / "manifest.json").is_file() or read_manifest(folder)["shards"] == []
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and says in err and err.count("\n") == 1, err
+
+
 def test_prepare_coco_missing_image_stops_naming_it_and_keeps_what_was_written(coco, tmp_path, capsys):
     images = tmp_path / "train2017"
     shutil.copytree(coco / "train2017", images)
@@ -300,7 +320,8 @@ def test_coco_object_bank_feeds_the_stitcher(coco, tmp_path, capsys):
     assert main(["prepare", "cocobank", "--instances", str(tmp_path / "instances.json"), "--images",
                  str(coco / "train2017"), "--out", str(bank), "--min-size", "8", "--max-side", "16"]) == 0
     assert json.loads(capsys.readouterr().out)["objects"] == 3
-    names = sorted(p.name for p in bank.iterdir())
+    names = sorted(p.name for p in bank.iterdir() if p.suffix == ".png")
+    assert json.loads((bank / "cocobank.json").read_text())["options"]["--per-class"] >= 1
     assert names == ["dog_501.png", "traffic_light_500.png", "traffic_light_502.png"]
     cut = Image.open(bank / "dog_501.png")
     assert cut.mode == "RGBA" and max(cut.size) == 16 and cut.getchannel("A").getextrema() == (0, 255)

@@ -189,9 +189,64 @@ def test_cli_stitch_writes_a_verified_set(bank_dir, tmp_path, repo_root):
     report = json.loads(run.stdout)
     assert report["verified"]["samples"] == 6 and report["verified"]["shards"] == 2
     assert {s.meta["relation"] for u in shard_urls(out) for s in map(ShardSample.from_wds, iter_raw_samples(u))} == {"above"}
+
+
+def test_cli_stitch_errors_are_one_line(bank_dir, tmp_path, capsys):
     from datagen.__main__ import main
-    with pytest.raises(FileNotFoundError, match="nope: not a folder of images"):
-        main(["stitch", "--bank", str(tmp_path / "nope"), "--out", str(tmp_path / "x"), "--n", "1"])
+    (tmp_path / "empty").mkdir()
+    for bank, says in ((tmp_path / "nope", "nope: no such folder; give a folder of object images (--bank)"),
+                       (tmp_path / "empty", "empty: no object images (.png, .jpg, ...) in this folder")):
+        assert main(["stitch", "--bank", str(bank), "--out", str(tmp_path / "x"), "--n", "1"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and says in err and err.count("\n") == 1, err
+    for option, value, says in (("--canvas", "abc", "'abc' is not a size; give SIDE or WIDTHxHEIGHT"),
+                                ("--canvas", "4", "'4': sides of at least 8 pixels"),
+                                ("--scale", "0.5,0.2", "'0.5,0.2': need 0 < LO <= HI <= 1"),
+                                ("--scale", "big", "'big' is not a range")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["stitch", "--bank", str(bank_dir), "--out", str(tmp_path / "x"), "--n", "1", option, value])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err  # one line, no usage block
+        assert err.startswith(f"error: python -m datagen stitch: argument {option}: {says}"), err
+        assert err.endswith("; see python -m datagen stitch --help\n") and err.count("\n") == 1
+
+
+def test_cli_stitch_refuses_a_changed_canvas_on_resume(bank_dir, tmp_path, monkeypatch, capsys):
+    """A killed 128 px run resumed with --canvas 64 must not mix 64 px shards into the set."""
+    import functools
+
+    import datagen.stitch
+    from datagen.__main__ import main
+    out = tmp_path / "o"
+    args = ["stitch", "--bank", str(bank_dir), "--out", str(out), "--n", "6", "--max-count", "2"]
+    real = datagen.stitch.write_stitched
+    monkeypatch.setattr(datagen.stitch, "write_stitched", functools.partial(real, stop_after=3))
+    assert main(args + ["--canvas", "128"]) == 0  # killed after 3 pairs: one complete shard
+    monkeypatch.setattr(datagen.stitch, "write_stitched", real)
+    capsys.readouterr()
+    assert len(read_manifest(out)["shards"]) == 1
+    assert main(args + ["--canvas", "64"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: {out / 'manifest.json'}: this output was started with --canvas 128x128, "
+                   "this run has --canvas 64x64; rerun with the options it was started with "
+                   "(--canvas 128x128) or write to a new --out\n")
+    assert main(args + ["--canvas", "128", "--seed", "1"]) == 2
+    assert "started with --seed 0, this run has --seed 1" in capsys.readouterr().err
+    assert len(read_manifest(out)["shards"]) == 1  # the refused runs wrote nothing
+    assert main(args + ["--canvas", "128"]) == 0  # the same options resume
+    sizes = {Image.open(io.BytesIO(s.image)).size for u in shard_urls(out)
+             for s in map(ShardSample.from_wds, iter_raw_samples(u))}
+    assert sizes == {(128, 128)} and verify_shard_set(out)["samples"] == 6
+
+
+def test_cli_stitch_shows_progress_unless_quiet(bank_dir, tmp_path, capsys):
+    from datagen.__main__ import main
+    args = ["stitch", "--bank", str(bank_dir), "--n", "5", "--canvas", "32"]
+    assert main(args + ["--out", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert "stitch" in err and "5/5" in err, err
+    assert main(args + ["--out", str(tmp_path / "b"), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_image_helpers_name_the_bad_file_and_encode_deterministically(tmp_path):

@@ -102,6 +102,21 @@ def test_partners(world):
         assert np.abs(a - b[:, ::-1]).mean() < 4 < np.abs(a - b).mean()
 
 
+def test_a_rebuild_with_another_option_is_refused_before_touching_anything(world, capsys):
+    out, _ = world
+    split = (out / "split.json").read_bytes()
+    args = ["build", "--out", str(out), "--train-size", str(TRAIN), "--negatives", "--partners", "all",
+            "--bench-scale", str(SCALE), "--max-count", "50", "--quiet"]
+    assert main(args + ["--seed", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: {out / 'build_options.json'}: this output was started with --seed 3, this "
+                   "run has --seed 4; rerun with the options it was started with (--seed 3) or "
+                   "write to a new --out\n")
+    assert (out / "split.json").read_bytes() == split  # the held-out split was not rewritten
+    assert main(args[:6] + ["--partners", "none"] + args[8:] + ["--seed", "3"]) == 2
+    assert "started with --partners all, this run has --partners none" in capsys.readouterr().err
+
+
 def test_resume_is_byte_identical(tmp_path, monkeypatch):
     split = Split.make(1)
     write_train_set(tmp_path / "full", 45, 1, split, with_negatives=True, shard_size=10, progress=False)

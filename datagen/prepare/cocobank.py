@@ -77,8 +77,10 @@ def file_stem(category: str) -> str:
 def write_coco_object_bank(instances: str | Path, images_root: str | Path, out_dir: str | Path,
                            per_class: int = 100, min_size: int = 48, min_fill: float = 0.3,
                            max_side: int = 128, seed: int = 0, skip_missing: bool = False,
-                           limit_images: Optional[int] = None) -> dict[str, Any]:
-    """Write the bank (see the module docstring); returns counts."""
+                           limit_images: Optional[int] = None, progress: bool = False) -> dict[str, Any]:
+    """Write the bank (see the module docstring); returns counts. `progress`: a bar on stderr
+    (COCO images done of those holding a chosen instance)."""
+    from compclip.cli import progress as bar_of
     instances, images_root, out_dir = Path(instances), Path(images_root), Path(out_dir)
     try:
         data = json.loads(instances.read_text(encoding="utf-8"))
@@ -92,28 +94,36 @@ def write_coco_object_bank(instances: str | Path, images_root: str | Path, out_d
     for ann in chosen:
         by_image[ann["image_id"]].append(ann)
     counts: Counter = Counter()
-    for n, (image_id, anns) in enumerate(sorted(by_image.items())):
-        if limit_images is not None and n >= limit_images:
-            break
-        todo = [(a, out_dir / f"{file_stem(names[a['category_id']])}_{a['id']}.png") for a in anns]
-        todo = [(a, p) for a, p in todo if not p.exists()]
-        counts["kept"] += len(anns) - len(todo)
-        if not todo:
-            continue
-        path = images_root / files.get(image_id, f"{image_id:012d}.jpg")
-        try:
-            if not path.is_file():
-                raise MissingImage(f"{path}: image file not found (instances of image_id {image_id})")
-            image = load_image_file(path, "RGB")
-        except (MissingImage, BadImage):
-            if not skip_missing:
-                raise
-            counts["missing_image" if not path.is_file() else "corrupt_image"] += len(todo)
-            continue
-        for ann, dest in todo:
-            tmp = dest.with_name(f".{dest.name}.tmp")
-            cut_out(image, ann, max_side).save(tmp, format="PNG")
-            os.replace(tmp, dest)
-            counts["written"] += 1
+    todo_images = sorted(by_image.items())[:limit_images]
+    with bar_of(total=len(todo_images), desc="cocobank", unit="image", quiet=not progress) as bar:
+        for image_id, anns in todo_images:
+            _cut_image(image_id, anns, names, files, images_root, out_dir, max_side,
+                       skip_missing, counts)
+            bar.update(1)
     return {"out": str(out_dir), "objects": counts["written"] + counts["kept"],
             "categories": len({a["category_id"] for a in chosen}), **dict(counts)}
+
+
+def _cut_image(image_id: int, anns: list[dict], names: dict, files: dict, images_root: Path,
+               out_dir: Path, max_side: int, skip_missing: bool, counts: Counter) -> None:
+    """Write the cut-outs of one COCO image not written yet (counted in `counts`)."""
+    todo = [(a, out_dir / f"{file_stem(names[a['category_id']])}_{a['id']}.png") for a in anns]
+    todo = [(a, p) for a, p in todo if not p.exists()]
+    counts["kept"] += len(anns) - len(todo)
+    if not todo:
+        return
+    path = images_root / files.get(image_id, f"{image_id:012d}.jpg")
+    try:
+        if not path.is_file():
+            raise MissingImage(f"{path}: image file not found (instances of image_id {image_id})")
+        image = load_image_file(path, "RGB")
+    except (MissingImage, BadImage):
+        if not skip_missing:
+            raise
+        counts["missing_image" if not path.is_file() else "corrupt_image"] += len(todo)
+        return
+    for ann, dest in todo:
+        tmp = dest.with_name(f".{dest.name}.tmp")
+        cut_out(image, ann, max_side).save(tmp, format="PNG")
+        os.replace(tmp, dest)
+        counts["written"] += 1

@@ -362,5 +362,5 @@ def _partner(rec: dict, caption: str, where: str, max_side: Optional[int]) -> Pa
 def _progress(enabled: bool, initial: int, total: int, desc: str):
     if not enabled:
         return None
-    from tqdm import tqdm
-    return tqdm(initial=initial, total=total, unit="sample", unit_scale=True, desc=desc)
+    from compclip.cli import progress
+    return progress(initial=initial, total=total, unit="sample", unit_scale=True, desc=desc)

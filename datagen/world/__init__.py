@@ -4,26 +4,40 @@ text-to-image generation (see docs/world.md).
 Public API: `render_caption` (any caption of the grammar -> a matching image; the offline
 stand-in for Stable Diffusion in TROHN-Img), `parse` / `describe` (captions <-> scenes),
 `render_scene`, `write_object_bank` (objects for left-right stitching), `ParseError`, and the
-CLI `python -m datagen.world build --out DIR --seed N`.
+CLI `python -m datagen world build --out DIR --seed N`.
 """
 from __future__ import annotations
 
-from PIL import Image
+import importlib
+from typing import TYPE_CHECKING
 
-from datagen.world.bank import object_image, write_object_bank
-from datagen.world.grammar import ParseError, Style, all_styles, describe, parse
-from datagen.world.layout import Layout, PlacementError, satisfies
-from datagen.world.render import object_masks, render_scene
-from datagen.world.scene import Obj, Rel, Scene, random_scene
-from datagen.world.splits import Split
+# Imported on first use (PEP 562), so `python -m datagen world --help` reads no numpy / PIL.
+_WHERE = {"object_image": "bank", "write_object_bank": "bank", "ParseError": "grammar",
+          "Style": "grammar", "all_styles": "grammar", "describe": "grammar", "parse": "grammar",
+          "Layout": "layout", "PlacementError": "layout", "satisfies": "layout",
+          "object_masks": "render", "render_scene": "render", "Obj": "scene", "Rel": "scene",
+          "Scene": "scene", "random_scene": "scene", "Split": "splits"}
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 
-def render_caption(caption: str, size: int = 64, seed: int = 0) -> Image.Image:
+def __getattr__(name: str):
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f"datagen.world.{_WHERE[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'datagen.world' has no attribute '{name}'")
+
+
+def render_caption(caption: str, size: int = 64, seed: int = 0) -> "Image.Image":
     """Parse a caption of the grammar and render a scene it truly describes (RGB, size x size).
 
     Raises ParseError (a ValueError naming the caption and the unreadable part) for captions
     outside the grammar, and PlacementError (also a ValueError) for contradictory ones.
     """
+    from datagen.world.grammar import parse
+    from datagen.world.render import render_scene
     image, _ = render_scene(parse(caption), size, seed)
     return image
 

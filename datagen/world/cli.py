@@ -1,4 +1,4 @@
-"""`python -m datagen.world build`: one command for a seed's split, training shards, object bank
+"""`python -m datagen world build`: one command for a seed's split, training shards, object bank
 and every benchmark set.
 
     DIR/split.json              held-out compositions (splits.py)
@@ -7,41 +7,73 @@ and every benchmark set.
     DIR/train_mirrored/         with --partners mirrored|all: + mirrored partners
     DIR/object_bank/            single objects (held-out bindings excluded) + backgrounds
     DIR/benchmarks/             VISLA, SugarCrepe, SugarCrepe++, BiVLC, ARO (benchmarks.py)
-    DIR/world.json              the arguments, counts and timings of the run
+    DIR/world.json              the arguments, counts and timings of the run (when done)
+    DIR/build_options.json      the options that change the output (when it starts)
 
-Deterministic for a seed; an interrupted build resumes its shard sets where they stopped.
+Deterministic for a seed; an interrupted build resumes its shard sets where they stopped. The
+options that change the output are recorded in DIR/build_options.json when a build starts; rerunning into
+DIR with another value of one is refused in one line. `world render CAPTION --out FILE` draws one
+caption of the grammar. Errors are one line (exit 2: bad input, 3: a fault during the run,
+docs/cli.md). Heavy modules are imported after the arguments are parsed, so `--help` is quick.
+`python -m datagen.world` is the old spelling (a deprecation note, then the same program).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
-from datagen.world.bank import write_object_bank
-from datagen.world.benchmarks import BenchSizes, write_benchmarks
-from datagen.world.shards import PARTNERS, write_train_set
-from datagen.world.splits import Split
+from compclip.cli import InputError, add_subparsers, make_parser, rename, run
 
 DEFAULT_TRAIN_SIZE = 4000
 DEFAULT_SIZE = 64
+MIN_SIZE = 16
+PARTNER_CHOICES = ("generated", "mirrored", "all", "none")
+SUMMARY = "world.json"  # written when the build is done
+OPTIONS = "build_options.json"  # the options that change the output, written when it starts
+
+
+def build_options(seed: int, train_size: int, size: int, negatives: bool, partners: str,
+                  bench_scale: float, max_count: int) -> dict:
+    """The options of `build` that change what it writes, by their command-line names."""
+    return {"--seed": seed, "--train-size": train_size, "--size": size, "--negatives": negatives,
+            "--partners": partners, "--bench-scale": bench_scale, "--max-count": max_count}
+
+
+def _check(train_size: int, size: int, partners: str, bench_scale: float, max_count: int) -> None:
+    if partners not in PARTNER_CHOICES:
+        raise InputError(f"--partners {partners}: not one of {', '.join(PARTNER_CHOICES)}")
+    if size < MIN_SIZE:
+        raise InputError(f"--size {size}: images need at least {MIN_SIZE} pixels a side; "
+                         f"give --size {MIN_SIZE} or more (default {DEFAULT_SIZE})")
+    for name, value in (("--train-size", train_size), ("--max-count", max_count)):
+        if value < 1:
+            raise InputError(f"{name} {value}: must be at least 1")
+    if not bench_scale > 0:
+        raise InputError(f"--bench-scale {bench_scale}: must be above 0 (1 = the default sizes)")
 
 
 def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
           size: int = DEFAULT_SIZE, negatives: bool = False, partners: str = "none",
           bench_scale: float = 1.0, shard_size: int = 1000, progress: bool = True) -> dict:
-    """Write everything for one seed under `out`; returns the run summary (also world.json)."""
+    """Write everything for one seed under `out`; returns the run summary (also world.json).
+    `shard_size`: samples per shard (`--max-count`)."""
+    _check(train_size, size, partners, bench_scale, shard_size)
+    from datagen.shards import pin_options
+    from datagen.world.bank import write_object_bank
+    from datagen.world.benchmarks import BenchSizes, write_benchmarks
+    from datagen.world.shards import PARTNERS, write_train_set
+    from datagen.world.splits import Split
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    options = pin_options(out, build_options(seed, train_size, size, negatives, partners,
+                                             bench_scale, shard_size), OPTIONS)
     kinds = list(PARTNERS) if partners == "all" else [] if partners == "none" else [partners]
-    for kind in kinds:
-        if kind not in PARTNERS:
-            raise ValueError(f"--partners must be one of generated, mirrored, all, none; got '{partners}'")
     split = Split.make(seed)
     split.save(out, seed=seed)
     summary: dict = {"seed": seed, "size": size, "train_size": train_size, "negatives": negatives,
-                     "partners": kinds, "bench_scale": bench_scale, "sets": {}, "seconds": {}}
+                     "partners": kinds, "bench_scale": bench_scale, "sets": {}, "seconds": {},
+                     "options": options}
 
     def log(msg: str) -> None:
         if progress:
@@ -68,40 +100,59 @@ def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
         out / "benchmarks", split, seed, size, BenchSizes().scaled(bench_scale), progress=progress))
     summary["sets"].update({f"benchmarks/{k}": v for k, v in counts.items()})
     summary["seconds"]["total"] = round(sum(summary["seconds"].values()), 2)
-    (out / "world.json").write_text(json.dumps(summary, indent=1))
+    (out / SUMMARY).write_text(json.dumps(summary, indent=1))
     log(f"world: done in {summary['seconds']['total']} s")
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m datagen.world",
-                                     description="The built-in synthetic scene world.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="write training shards, object bank and all benchmarks")
-    b.add_argument("--out", required=True, help="output folder")
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--train-size", type=int, default=DEFAULT_TRAIN_SIZE)
+def build_parser(prog: str = "python -m datagen world"):
+    parser = make_parser(prog, "The built-in synthetic scene world (docs/world.md): build its "
+                         "training sets, object bank and benchmarks, or render one caption.")
+    sub = add_subparsers(parser)
+    b = sub.add_parser("build", help="write training shards, object bank and all benchmarks into --out")
+    b.add_argument("--out", required=True, help="output folder (resumed if it exists)")
+    b.add_argument("--seed", type=int, default=0, help="seed of the split, scenes and order")
+    b.add_argument("--train-size", type=int, default=DEFAULT_TRAIN_SIZE,
+                   help="training samples in DIR/train (and each DIR/train_<kind>)")
     b.add_argument("--size", type=int, default=DEFAULT_SIZE, help="image side in pixels")
     b.add_argument("--negatives", action="store_true", help="add hard negatives to DIR/train")
-    b.add_argument("--partners", default="none", choices=["generated", "mirrored", "all", "none"],
+    b.add_argument("--partners", default="none", choices=PARTNER_CHOICES,
                    help="also write DIR/train_<kind> with partner images")
     b.add_argument("--bench-scale", type=float, default=1.0, help="multiply benchmark sizes")
-    b.add_argument("--shard-size", type=int, default=1000, help="samples per tar shard")
-    b.add_argument("--quiet", action="store_true")
+    count = b.add_argument("--max-count", type=int, default=1000, help="samples per tar shard")
+    rename(b, "--shard-size", count)
+    b.add_argument("--quiet", action="store_true", help="no progress on stderr")
     r = sub.add_parser("render", help="render one caption of the grammar to an image file")
-    r.add_argument("caption")
-    r.add_argument("--out", required=True)
-    r.add_argument("--size", type=int, default=DEFAULT_SIZE)
-    r.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    if args.command == "build":
-        build(args.out, args.seed, args.train_size, args.size, args.negatives, args.partners,
-              args.bench_scale, args.shard_size, progress=not args.quiet)
-    else:
-        from datagen.world import ParseError, render_caption
-        try:
-            render_caption(args.caption, args.size, args.seed).save(args.out)
-        except ParseError as err:
-            print(err, file=sys.stderr)
-            return 2
+    r.add_argument("caption", help="a caption of the world's grammar, e.g. 'a red circle above a blue star'")
+    r.add_argument("--out", required=True, help="image file to write (PNG, JPEG, ... by its suffix)")
+    r.add_argument("--size", type=int, default=DEFAULT_SIZE, help="image side in pixels")
+    r.add_argument("--seed", type=int, default=0, help="seed of the layout and drawing")
+    return parser
+
+
+def _render(args) -> int:
+    from datagen.world import ParseError, render_caption
+    if args.size < MIN_SIZE:
+        raise InputError(f"--size {args.size}: images need at least {MIN_SIZE} pixels a side")
+    try:
+        image = render_caption(args.caption, args.size, args.seed)
+    except ParseError as err:
+        raise InputError(str(err)) from None
+    out = Path(args.out)
+    try:
+        image.save(out)
+    except ValueError as err:  # PIL: unknown file extension
+        raise InputError(f"{out}: {err}; give a file name ending in .png or .jpg") from None
     return 0
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m datagen world") -> int:
+    args = build_parser(prog).parse_args(argv)
+    if args.cmd == "build":
+        def work() -> int:
+            summary = build(args.out, args.seed, args.train_size, args.size, args.negatives,
+                            args.partners, args.bench_scale, args.max_count, progress=not args.quiet)
+            print(json.dumps(summary, indent=1))  # results on stdout (docs/cli.md)
+            return 0
+        return run(work)
+    return run(lambda: _render(args))

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, images_problem
+from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, images_problem, read_text
 from eval.images import FileImage, resolve_files
 from eval.metrics import accuracy, argmax_correct, macro, option_scores, per_group
 from eval.registry import register_benchmark
@@ -74,7 +74,7 @@ VG_KEYS = ("image_path", "bbox_x", "bbox_y", "bbox_w", "bbox_h", "true_caption",
 
 def read_json_list(path: Path, keys: tuple[str, ...]) -> list[dict]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: not valid JSON ({e})") from e
     if not isinstance(data, list):
@@ -173,6 +173,7 @@ class ARO(Benchmark):
     def _score(self, cache, per_instance):
         headline, categories, counts, instances = {}, {}, {}, []
         for part, data in self.parts.items():
+            cache.label = f"{self.name}/{part}"  # names the progress bars
             if part.startswith("vg_"):
                 h, table, inst = self._score_vg(cache, part, *data)
             else:

@@ -36,7 +36,7 @@ class Problem:
     def command(self) -> str:
         if self.download is None:
             return self.manual or "no automatic download"
-        return (f"python -m eval download {self.download} --data-root {self.data_root}"
+        return (f"python -m eval download --benchmarks {self.download} --data-root {self.data_root}"
                 + (" --images" if self.images else "") + (" --force" if self.force else ""))
 
     def line(self) -> str:
@@ -97,7 +97,7 @@ def download_commands(problems: list[Problem]) -> list[str]:
                                        and p.force == force))
             if names:
                 root = next(p.data_root for p in problems if p.download)
-                out.append(f"python -m eval download {' '.join(names)} --data-root {root}"
+                out.append(f"python -m eval download --benchmarks {','.join(names)} --data-root {root}"
                            + (" --images" if images else "") + (" --force" if force else ""))
     return out
 
@@ -129,6 +129,16 @@ class MissingData(FileNotFoundError, ValueError):
 
 class DataError(ValueError):
     """A benchmark file is present but malformed (the message names file, key and sample)."""
+
+
+def read_text(path) -> str:
+    """A benchmark's text file as UTF-8; `DataError` naming the file when it is not text or not readable."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+    except IsADirectoryError as e:
+        raise DataError(f"{path}: a folder where a file is expected") from e
 
 
 @dataclass
@@ -202,7 +212,8 @@ class Benchmark:
         if self.needs_images and not cache.supports_images:
             return BenchmarkResult(self.name, {}, notes=[
                 f"{self.name} skipped: it needs images and scorer '{cache.name}' is text-only"])
-        result = self._score(cache, per_instance)
+        with cache.labelled(self.name):
+            result = self._score(cache, per_instance)
         result.notes = self.notes + result.notes
         return result
 

@@ -26,18 +26,23 @@ class BiVLC(Benchmark):
     def _missing(self):
         folder = self.path()
         marker = [folder / "dataset_dict.json", folder / "dataset_info.json", folder / "state.json"]
-        if any(p.exists() for p in marker):
-            return []
-        return [Problem(self.name, f"{folder} holds no dataset saved with save_to_disk (no dataset_info.json)",
-                        str(self.data_root), self.name)]
+        if not any(p.exists() for p in marker):
+            return [Problem(self.name, f"{folder} holds no dataset saved with save_to_disk (no dataset_info.json)",
+                            str(self.data_root), self.name)]
+        self._read()  # opened (memory-mapped) here, so a damaged folder is a data problem before any scoring
+        return []
 
     def _load(self):
+        pass  # read by _missing
+
+    def _read(self):
         import datasets
         folder = self.path()
         try:
             ds = datasets.load_from_disk(str(folder))
         except Exception as e:  # datasets raises several types for a broken folder
-            raise DataError(f"{folder}: not a dataset saved with save_to_disk ({e})") from e
+            raise DataError(f"{folder}: not a dataset saved with save_to_disk ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0] if str(e).strip() else ''})") from e
         if isinstance(ds, datasets.DatasetDict):
             if "test" not in ds:
                 raise DataError(f"{folder}: DatasetDict has no 'test' split (splits: {list(ds)})")

@@ -31,7 +31,7 @@ import torch
 
 from eval.benchmarks.aro import PARTS as ARO_PARTS, load_vg
 from eval.benchmarks.base import (Benchmark, BenchmarkResult, DataError, changed_problems, files_problem,
-                                  images_problem)
+                                  images_problem, read_text)
 from eval.benchmarks.triplet import read_scpp_json
 from eval.benchmarks.visla import SUBSETS as VISLA_SUBSETS, TripletImages, read_visla, visla_file_problems
 from eval.images import FileImage
@@ -82,6 +82,7 @@ class VislaLexical(TripletImages, Benchmark):
         headline, categories = {}, {}
         with_images = cache.supports_images and self.image_paths is not None
         for subset, triplets in self.subsets.items():
+            cache.label = f"{self.name}/{subset}"  # names the progress bars
             d1 = np.array([word_edit_distance(words(t.p1), words(t.n)) for t in triplets])
             d2 = np.array([word_edit_distance(words(t.p2), words(t.n)) for t in triplets])
             swap = d2 < d1
@@ -145,7 +146,7 @@ class LeftRight(Benchmark):
         for p in sorted((self.data_root / "sugarcrepe_pp").glob("*.json")):
             texts += [t.p1 for t in read_scpp_json(p)]
         for p in sorted((self.data_root / "sugarcrepe").glob("*.json")):
-            texts += [r["caption"] for r in json.loads(p.read_text(encoding="utf-8")).values()]
+            texts += [r["caption"] for r in json.loads(read_text(p)).values()]
         return texts
 
     @staticmethod

@@ -96,6 +96,7 @@ class Retrieval(Benchmark):
     def _score(self, cache, per_instance):
         headline, categories = {}, {}
         for part, (ann, paths) in self.parts.items():
+            cache.label = f"{self.name}/{part}"  # names the progress bars
             texts, text_image = [], []
             for i, a in enumerate(ann):
                 for c in a["caption"]:

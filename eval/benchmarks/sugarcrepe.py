@@ -13,7 +13,7 @@ import json
 
 import numpy as np
 
-from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, images_problem
+from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, images_problem, read_text
 from eval.images import FileImage, resolve_files
 from eval.metrics import accuracy, pair_correct
 from eval.registry import register_benchmark
@@ -24,7 +24,7 @@ SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "s
 def read_sugarcrepe_json(path) -> list[dict]:
     """[{id, filename, caption, negative_caption}] in file order."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: not valid JSON ({e})") from e
     if not isinstance(data, dict):
@@ -69,6 +69,7 @@ class SugarCrepe(Benchmark):
     def _score(self, cache, per_instance):
         masks, instances = {}, []
         for subset, items in self.subsets.items():
+            cache.label = f"{self.name}/{subset}"  # names the progress bars
             image = cache.images([FileImage(self.image_paths[r["filename"]]) for r in items])
             pos = cache.texts([r["caption"] for r in items])
             neg = cache.texts([r["negative_caption"] for r in items])

@@ -54,6 +54,7 @@ class SugarCrepePP(Benchmark):
         notes = [] if with_images else ["sugarcrepe_pp: text-only scoring: T2T and its halves t2t_p1_n, t2t_p2_n"]
         headline, categories, instances, all_masks = {}, {}, [], {}
         for subset, triplets in self.subsets.items():
+            cache.label = f"{self.name}/{subset}"  # names the progress bars
             masks = score_triplets(cache, triplets, self.image_paths if with_images else None)
             categories[subset] = {m: accuracy(v) for m, v in masks.items()} | {"n": len(triplets)}
             for m, v in masks.items():

@@ -6,6 +6,7 @@ I2T, P1-N, P2-N with images; T2T always (so text-only scorers get T2T alone).
 from __future__ import annotations
 
 import csv
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from eval.benchmarks.base import DataError
+from eval.benchmarks.base import DataError, read_text
 from eval.cache import EmbeddingCache
 from eval.images import FileImage
 from eval.metrics import triplet_correct
@@ -33,8 +34,7 @@ def read_visla_tsv(path: Path, columns: tuple[str, str, str, str]) -> tuple[list
 
     Rows whose N is empty are dropped (spatial: 12 of 652); returns (triplets, dropped).
     """
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    rows = list(csv.reader(io.StringIO(read_text(path), newline=""), delimiter="\t", quoting=csv.QUOTE_NONE))
     if not rows:
         raise DataError(f"{path}: empty file")
     header = rows[0]
@@ -59,7 +59,7 @@ def read_visla_tsv(path: Path, columns: tuple[str, str, str, str]) -> tuple[list
 def read_scpp_json(path: Path) -> list[Triplet]:
     """A SugarCrepe++ subset: a JSON list of {id, filename, caption, caption2, negative_caption}."""
     try:
-        records = json.loads(path.read_text(encoding="utf-8"))
+        records = json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: not valid JSON ({e})") from e
     if not isinstance(records, list):

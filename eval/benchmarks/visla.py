@@ -83,6 +83,7 @@ class Visla(TripletImages, Benchmark):
         notes = [] if with_images else ["visla: text-only scoring: T2T and its halves t2t_p1_n, t2t_p2_n"]
         headline, categories, instances, counts = {}, {}, [], {}
         for subset, triplets in self.subsets.items():
+            cache.label = f"{self.name}/{subset}"  # names the progress bars
             masks = score_triplets(cache, triplets, self.image_paths if with_images else None)
             for metric, mask in masks.items():
                 headline[f"{subset}/{metric}"] = accuracy(mask)

@@ -47,7 +47,12 @@ def load_cifar(root: Path, which: str):
     for key, src, path in (("data", d, data), (label_key, d, data), (names_key, m, meta)):
         if key not in src:
             raise DataError(f"{path}: missing key '{key}'")
-    images = np.asarray(d["data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    try:
+        images = np.asarray(d["data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    except (ValueError, TypeError) as e:
+        raise DataError(f"{data}: 'data' is not N x 3072 bytes of 32x32 RGB images ({e})") from e
+    if len(d[label_key]) != len(images):
+        raise DataError(f"{data}: {len(images)} images but {len(d[label_key])} labels")
     return images, list(d[label_key]), [n.replace("_", " ") for n in m[names_key]]
 
 
@@ -87,20 +92,23 @@ class ZeroShot(Benchmark):
                                         manual=MANUAL[d].replace("<root>", str(self.data_root))))
             else:
                 problems.append(files_problem(f"zeroshot/{d}", [path], self.data_root, download="zeroshot"))
+        if not problems:
+            self._read_sets()  # every file read here, so a damaged one is a data problem before any scoring
         return problems
 
     def _load(self):
-        root = self.path()
-        present = self.present
         self.notes += self.skip_notes
-        if not present:
+        if not self.present:
             raise DataError(f"zeroshot: no dataset left to score ({'; '.join(self.skip_notes)})")
+
+    def _read_sets(self):
+        root = self.path()
         from open_clip.zero_shot_metadata import OPENAI_IMAGENET_TEMPLATES, SIMPLE_IMAGENET_TEMPLATES
         templates = self.options.get("templates", "openai")
         self.templates = SIMPLE_IMAGENET_TEMPLATES if templates == "simple" else OPENAI_IMAGENET_TEMPLATES
         limit = self.options.get("max_images")
         self.sets = {}
-        for d in present:
+        for d in self.present:
             if d == "imagenet":
                 paths, labels, names = load_imagenet(root / DATASETS[d])
                 refs = [FileImage(p) for p in paths]
@@ -112,6 +120,7 @@ class ZeroShot(Benchmark):
     def _score(self, cache, per_instance):
         headline, categories = {}, {}
         for d, (refs, labels, names) in self.sets.items():
+            cache.label = f"{self.name}/{d}"  # names the progress bars
             prompts = [t(c) for c in names for t in self.templates]
             emb = cache.texts(prompts).view(len(names), len(self.templates), -1)
             classifier = F.normalize(F.normalize(emb, dim=-1).mean(1), dim=-1)
