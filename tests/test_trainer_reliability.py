@@ -289,9 +289,9 @@ def test_best_metric_typo_of_a_benchmark_metric_stops_at_the_first_evaluation(re
 # --- one-line errors ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("override, exit_code, words", [
-    ("model.arch=ViT-B-23", 2, ["model.arch 'ViT-B-23': unknown architecture (close: ", "ViT-B-32"]),
-    ("model.pretrained=/nowhere/weights.pt", 2, ["model.pretrained '/nowhere/weights.pt': no such file"]),
-    ("model.pretrained=opena", 2, ["model.pretrained 'opena': neither a file nor an open_clip tag of micro-vit-32"]),
+    ("model.arch=ViT-B-23", 2, ["model.arch 'ViT-B-23': unknown architecture 'ViT-B-23'; did you mean ", "ViT-B-32"]),
+    ("model.pretrained=/nowhere/weights.pt", 2, ["model.pretrained '/nowhere/weights.pt': ", "no such checkpoint"]),
+    ("model.pretrained=opena", 2, ["model.pretrained 'opena': ", "neither a file nor an open_clip tag of 'micro-vit-32'"]),
 ])
 def test_model_errors_are_one_line_before_anything_is_built(recipe, tmp_path, capsys, override, exit_code, words):
     assert run([recipe, override]) == exit_code

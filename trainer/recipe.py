@@ -26,14 +26,23 @@ class _Section(BaseModel):
 
 
 class ModelConfig(_Section):
-    arch: str
-    pretrained: Optional[str] = None  # open_clip tag, a checkpoint file, or null (random init)
+    arch: Optional[str] = None  # null: the architecture a compclip checkpoint's sidecar names (pretrained)
+    pretrained: Optional[str] = None  # open_clip tag, a checkpoint (file, pointer, run folder), or null (random init)
     activation: Literal["auto", "gelu", "quickgelu"] = "auto"
     lineage: Literal["auto", "openai", "other"] = "auto"
     freeze_image: bool = False
     freeze_text: bool = False
     grad_checkpointing: bool = False
     compile: bool = False  # torch.compile the model's forward (nn.Module.compile: state dicts unchanged)
+
+    @model_validator(mode="after")
+    def _arch_or_checkpoint(self) -> "ModelConfig":
+        p = self.pretrained
+        path_like = p is not None and ("/" in p or p.endswith((".pt", ".pth", ".bin", ".safetensors"))
+                                       or p in ("best", "latest") or Path(p).exists())
+        if self.arch is None and not path_like:
+            raise ValueError("arch is required unless pretrained is a compclip checkpoint (which names its own)")
+        return self
 
 
 class DataConfig(_Section):

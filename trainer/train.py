@@ -66,32 +66,18 @@ def run_dir(recipe) -> Path:
 
 
 def check_model(recipe) -> None:
-    """`model.arch` is a known architecture and `model.pretrained` a file/folder or one of its tags."""
-    import difflib
-
-    import open_clip
-
-    import models.registry  # noqa: F401  (registers our tiny architectures)
+    """`model.arch` is a known architecture and `model.pretrained` readable weights or one of its tags
+    (`models.load.resolve_model`: nothing is built; a compclip checkpoint's sidecar must agree)."""
+    from models.load import ArchitectureMismatch, UnknownArchitecture, resolve_model
     from trainer.recipe import RecipeError
     m = recipe.model
-    names = open_clip.list_models()
-    if m.arch not in names:
-        near = difflib.get_close_matches(m.arch, names, n=4, cutoff=0.6)
-        hint = f"close: {', '.join(near)}" if near else "see open_clip.list_models()"
-        raise RecipeError(f"model.arch '{m.arch}': unknown architecture ({hint})")
-    p = m.pretrained
-    if p is None or p.startswith("hf-hub:") or Path(p).exists():
-        return
-    tags = open_clip.list_pretrained_tags_by_model(m.arch)
-    if p in tags:
-        return
-    shown = ", ".join(tags[:6]) + (", ..." if len(tags) > 6 else "") if tags else "it has no tags"
-    if os.sep in p or Path(p).suffix in (".pt", ".pth", ".bin", ".safetensors"):
-        raise RecipeError(f"model.pretrained '{p}': no such file; give an existing checkpoint file or run folder, "
-                          f"an open_clip tag of {m.arch} ({shown}), or null for random weights")
-    near = difflib.get_close_matches(p, tags, n=3, cutoff=0.6)
-    hint = f"close: {', '.join(near)}" if near else (f"tags: {shown}" if tags else shown)
-    raise RecipeError(f"model.pretrained '{p}': neither a file nor an open_clip tag of {m.arch} ({hint})")
+    try:
+        resolve_model(m.arch, m.pretrained)
+    except (UnknownArchitecture, ArchitectureMismatch) as err:
+        raise RecipeError(f"model.arch '{m.arch}': {cli.one_line(err)}".replace(
+            "leave the architecture out", "set model.arch=null")) from None
+    except (ValueError, LookupError, OSError) as err:
+        raise RecipeError(f"model.pretrained '{m.pretrained}': {cli.describe(err)}") from None
 
 
 def check_writable(folder: Path) -> None:
@@ -184,7 +170,7 @@ def _train(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_intermixed_args(argv)  # options may come after overrides
     return cli.run(lambda: _train(args), verbose=args.verbose)
 
 
