@@ -401,3 +401,17 @@ def test_python_m_trainer_is_train_py_and_help_is_fast(recipe):
     check = subprocess.run([sys.executable, "-m", "trainer", str(recipe), "--check"], cwd=ROOT,
                            capture_output=True, text=True)
     assert check.returncode == 0 and "pre-flight checks passed" in check.stderr, check.stderr
+
+
+def test_model_arch_may_be_left_to_a_compclip_checkpoint(recipe, tmp_path):
+    """Finetuning from an earlier run: `model.pretrained` its run folder, `model.arch` null (the
+    sidecar names it); resuming may name the checkpoint by its pointer file."""
+    assert run([recipe, "schedule.epochs=1"]) == 0
+    assert run([recipe, "schedule.epochs=1", f"model.pretrained={run_dir(tmp_path)}", "model.arch=null",
+                "logging.run_name=second"]) == 0
+    second = tmp_path / "runs" / "second" / "checkpoints"
+    meta = json.loads((second / "step-0000004.json").read_text())
+    assert meta["arch"] == "micro-vit-32" and meta["pretrained"] == str(run_dir(tmp_path))
+    assert run([recipe, "schedule.epochs=2", f"checkpoint.resume={second / 'latest'}", "logging.run_name=second",
+                f"model.pretrained={run_dir(tmp_path)}", "model.arch=null"]) == 0
+    assert (second / "latest").read_text().strip() == "step-0000008.pt"

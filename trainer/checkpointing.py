@@ -40,8 +40,8 @@ from typing import Any, Callable, Optional
 from accelerate.utils import gather_object
 
 from compclip.cli import InputError, RunFault, one_line
-from models.checkpoint import (CheckpointMeta, atomic_write, latest_checkpoint, read_meta, save_checkpoint,
-                               sidecar_path)
+from models.checkpoint import (CheckpointMeta, CheckpointNotFound, atomic_write, latest_checkpoint, read_meta,
+                               resolve_checkpoint, save_checkpoint, sidecar_path)
 
 NAME = re.compile(r"^step-(\d+)\.pt$")
 LOW_SPACE = 64 << 20  # a failed write with less free space than this is taken as a full disk
@@ -330,18 +330,10 @@ def find_resume(resume: Optional[str], run_dir: Path, note: Optional[Callable[[s
         first = problems[0] if problems else f"{folder / 'latest'} names {named}, which is missing"
         raise InputError(f"cannot resume {run_dir}: {first}, and no earlier readable checkpoint; "
                          f"start over with checkpoint.resume=null checkpoint.overwrite=true")
-    path = Path(resume)
-    if path.is_dir():
-        folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-        found = latest_checkpoint(folder) if (folder / "latest").is_file() else None
-        if found is None:
-            raise InputError(f"checkpoint.resume: no 'latest' checkpoint in {folder}")
-    elif path.is_file() and NAME.match(path.name):
-        found = path
-    elif path.is_file():  # a pointer file
-        found = path.parent / path.read_text().strip()
-    else:
-        raise InputError(f"checkpoint.resume '{resume}': no such run folder or checkpoint")
+    try:
+        found = resolve_checkpoint(resume)
+    except CheckpointNotFound as err:
+        raise InputError(f"checkpoint.resume: {err}") from None
     problem = checkpoint_problem(found)
     if problem:
         raise InputError(f"checkpoint.resume: cannot resume: {problem}; give another checkpoint, or start over with "
