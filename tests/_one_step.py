@@ -54,7 +54,7 @@ def main(out: str, recipe_path: str, *overrides: str) -> None:
                       torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
                       merged.text_valid, []).to(acc.device)  # only images/texts are used: the layout is patched
         original = Layout.from_batch
-        train.Layout.from_batch = classmethod(
+        Layout.from_batch = classmethod(
             lambda cls, b, p=True: merged if b is batch else original(b, p))
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
     loss = trainer.step([batch.to(acc.device) if acc.num_processes > 1 else batch])
