@@ -538,7 +538,8 @@ def _summary(args, manifest: dict) -> dict:
     if args.cmd == "prepare" and args.source == "cocobank":
         return manifest
     from datagen.shards import verify_shard_set
-    totals = verify_shard_set(args.out)
+    # what this run wrote, finished or not (a writer stopped early leaves `complete: false`)
+    totals = verify_shard_set(args.out, allow_incomplete=True)
     skipped: dict[str, int] = {}
     for shard in manifest["shards"]:
         for reason, count in shard["skipped"].items():
