@@ -83,7 +83,7 @@ BUILD_HINTS = (
     ("trohn", "docs/data_prep.md section 2 (`python -m datagen prepare trohn ...`)"),
     ("leftright", "docs/data_prep.md section 3 (`python -m datagen prepare cocobank` + `python -m datagen stitch ...`)"),
     ("coco", "docs/data_prep.md section 1 (`python -m datagen prepare coco ...`)"),
-    ("world", "docs/world.md (`python -m datagen.world build --out DIR`)"),
+    ("world", "docs/world.md (`python -m datagen world build --out DIR`)"),
 )
 
 
