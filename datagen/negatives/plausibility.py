@@ -127,7 +127,9 @@ class NgramLM:
 
     def score(self, positive: str, texts: Sequence[str]) -> list[float]:
         """Mean log-prob per token of each text. Only the positions whose trigram differs from
-        the positive's are computed: a negative shares most of its words with its positive."""
+        the positive's are computed: a negative shares most of its words with its positive.
+        The log-probabilities of one positive's trigrams are memoised, since its negatives share
+        many of them (`_trigram`: the same values as `_lp`, summed in the same order)."""
         if self._cache is None or self._cache[0] != positive:
             toks = tokens(positive)
             minus = self._minus(toks)
@@ -135,23 +137,62 @@ class NgramLM:
             cum = [0.0, 0.0, 0.0]
             for i in range(2, len(padded)):
                 cum.append(cum[-1] + self._lp(padded, i, minus))
-            self._cache = (positive, padded, minus, cum)
-        _, pos, minus, cum = self._cache
-        out = []
+            self._cache = (positive, padded, _split(minus), cum, {})
+        _, pos, split, cum, memo = self._cache
+        trigram, lp_len, out = self._trigram, len(pos), []
         for text in texts:
+            if text == positive:  # what the loop below gives for it, without tokenising
+                out.append(cum[lp_len] / (lp_len - 2))
+                continue
             neg = [BOS, BOS] + tokens(text) + [EOS]
-            ln, lp = len(neg), len(pos)
+            ln = len(neg)
+            short = min(ln, lp_len)
             p = 0
-            while p < min(ln, lp) - 3 and neg[p + 2] == pos[p + 2]:
+            while p < short - 3 and neg[p + 2] == pos[p + 2]:
                 p += 1  # common prefix, in words
             c = 1
-            while c < min(ln, lp) - 2 - p and neg[ln - 1 - c] == pos[lp - 1 - c]:
+            while c < short - 2 - p and neg[ln - 1 - c] == pos[lp_len - 1 - c]:
                 c += 1  # common suffix, end of sentence included
             hi = min(ln, max(p + 2, ln - c + 2))
-            total = cum[p + 2] + sum(self._lp(neg, i, minus) for i in range(p + 2, hi))
-            total += cum[lp] - cum[hi + lp - ln]
+            part = 0
+            for i in range(p + 2, hi):
+                key = (neg[i - 2], neg[i - 1], neg[i])
+                value = memo.get(key)
+                if value is None:
+                    value = memo[key] = trigram(key, split)
+                part += value
+            total = cum[p + 2] + part
+            total += cum[lp_len] - cum[hi + lp_len - ln]
             out.append(total / (ln - 2))
         return out
+
+    def _trigram(self, key: tuple[str, str, str], split: Optional[tuple]) -> float:
+        """`_lp` of the trigram `key`, with the left-out counts split by `_split` (no tuple
+        keys built for them): the same arithmetic in the same order, hence the same float."""
+        a, b, w = key
+        counts_get, stats_get = self.counts.get, self.stats.get
+        uni, h1 = (w,), (b,)
+        if split is None:
+            p = (counts_get(uni, 0) + 1) / self.denominator
+            st = stats_get(h1)
+            if st:
+                p = (counts_get((b, w), 0) + st[1] * p) / (st[0] + st[1])
+                st = stats_get((a, b))
+                if st:
+                    p = (counts_get(key, 0) + st[1] * p) / (st[0] + st[1])
+            return math.log(p)
+        less, less_ctx, less_types, less_total = split
+        p = (counts_get(uni, 0) - less(uni, 0) + 1) / (self.denominator - less_total)
+        for h, gram in ((h1, (b, w)), ((a, b), key)):
+            st = stats_get(h)
+            if not st:
+                continue
+            hc = st[0] - less_ctx(h, 0)
+            if hc <= 0:
+                continue
+            t = st[1] - less_types(h, 0)
+            p = (counts_get(gram, 0) - less(gram, 0) + t * p) / (hc + t)
+        return math.log(p)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {"order": self.order, "counts": {" ".join(g): n for g, n in self.counts.items()},
@@ -161,6 +202,24 @@ class NgramLM:
     def from_json_dict(cls, data: dict[str, Any]) -> "NgramLM":
         return cls({tuple(k.split(" ")): int(n) for k, n in data["counts"].items()},
                    set(data.get("seen", ())))
+
+
+def _split(minus: Optional[dict]) -> Optional[tuple]:
+    """`NgramLM._minus`'s dict as (n-gram counts.get, context totals.get, context types.get,
+    unigram total)."""
+    if not minus:
+        return None
+    grams, ctx, types = {}, {}, {}
+    for key, n in minus.items():
+        if key == "#":
+            continue
+        if key[0] == _CTX:
+            ctx[key[1:]] = n
+        elif key[0] == _TYPES:
+            types[key[1:]] = n
+        else:
+            grams[key] = n
+    return grams.get, ctx.get, types.get, minus["#"]
 
 
 def _grams(toks: list[str]):
