@@ -63,6 +63,7 @@ class NgramLM:
         self.total = sum(n for g, n in counts.items() if len(g) == 1)
         self.stats = {h: (n, self.types[h]) for h, n in self.ctx.items()}  # context -> (total, types)
         self._cache: Optional[tuple] = None  # the last positive: text, padded, left-out counts, sums
+        self._counts_of: dict[tuple, tuple] = {}  # trigram -> the corpus counts `_trigram` reads
         self.vocab = sum(1 for g in counts if len(g) == 1) + 1  # + unknown
         self.denominator = self.total + self.vocab
 
@@ -167,31 +168,37 @@ class NgramLM:
         return out
 
     def _trigram(self, key: tuple[str, str, str], split: Optional[tuple]) -> float:
-        """`_lp` of the trigram `key`, with the left-out counts split by `_split` (no tuple
-        keys built for them): the same arithmetic in the same order, hence the same float."""
+        """`_lp` of the trigram `key`, with the left-out counts split by `_split` and the
+        corpus counts of the trigram's n-grams and contexts memoised across captions: the same
+        arithmetic in the same order, hence the same float."""
         a, b, w = key
-        counts_get, stats_get = self.counts.get, self.stats.get
-        uni, h1 = (w,), (b,)
+        found = self._counts_of.get(key)
+        if found is None:
+            if len(self._counts_of) >= 1 << 20:  # bounded: a long run meets new trigrams forever
+                self._counts_of.clear()
+            counts_get, stats_get = self.counts.get, self.stats.get
+            found = self._counts_of[key] = (counts_get((w,), 0), stats_get((b,)), counts_get((b, w), 0),
+                                            stats_get((a, b)), counts_get(key, 0))
+        uni, st1, bi, st2, tri = found
         if split is None:
-            p = (counts_get(uni, 0) + 1) / self.denominator
-            st = stats_get(h1)
-            if st:
-                p = (counts_get((b, w), 0) + st[1] * p) / (st[0] + st[1])
-                st = stats_get((a, b))
-                if st:
-                    p = (counts_get(key, 0) + st[1] * p) / (st[0] + st[1])
+            p = (uni + 1) / self.denominator
+            if st1:
+                p = (bi + st1[1] * p) / (st1[0] + st1[1])
+                if st2:
+                    p = (tri + st2[1] * p) / (st2[0] + st2[1])
             return math.log(p)
-        less, less_ctx, less_types, less_total = split
-        p = (counts_get(uni, 0) - less(uni, 0) + 1) / (self.denominator - less_total)
-        for h, gram in ((h1, (b, w)), ((a, b), key)):
-            st = stats_get(h)
-            if not st:
-                continue
-            hc = st[0] - less_ctx(h, 0)
-            if hc <= 0:
-                continue
-            t = st[1] - less_types(h, 0)
-            p = (counts_get(gram, 0) - less(gram, 0) + t * p) / (hc + t)
+        less_uni, less_bi, less_tri, less_ctx1, less_ctx2, less_types1, less_types2, less_total = split
+        p = (uni - less_uni(w, 0) + 1) / (self.denominator - less_total)
+        if st1:
+            hc = st1[0] - less_ctx1(b, 0)
+            if hc > 0:
+                t = st1[1] - less_types1(b, 0)
+                p = (bi - less_bi((b, w), 0) + t * p) / (hc + t)
+        if st2:
+            hc = st2[0] - less_ctx2((a, b), 0)
+            if hc > 0:
+                t = st2[1] - less_types2((a, b), 0)
+                p = (tri - less_tri(key, 0) + t * p) / (hc + t)
         return math.log(p)
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -205,21 +212,20 @@ class NgramLM:
 
 
 def _split(minus: Optional[dict]) -> Optional[tuple]:
-    """`NgramLM._minus`'s dict as (n-gram counts.get, context totals.get, context types.get,
-    unigram total)."""
+    """`NgramLM._minus`'s dict as the `get` of its unigram (by word), bigram, trigram, context
+    total (by word / word pair) and context type counts, and its unigram total."""
     if not minus:
         return None
-    grams, ctx, types = {}, {}, {}
+    parts: list[dict] = [{} for _ in range(7)]
     for key, n in minus.items():
         if key == "#":
             continue
-        if key[0] == _CTX:
-            ctx[key[1:]] = n
-        elif key[0] == _TYPES:
-            types[key[1:]] = n
+        if key[0] in (_CTX, _TYPES):
+            h = key[1:]
+            parts[(3 if key[0] == _CTX else 5) + (len(h) - 1)][h[0] if len(h) == 1 else h] = n
         else:
-            grams[key] = n
-    return grams.get, ctx.get, types.get, minus["#"]
+            parts[len(key) - 1][key[0] if len(key) == 1 else key] = n
+    return (*(part.get for part in parts), minus["#"])
 
 
 def _grams(toks: list[str]):
