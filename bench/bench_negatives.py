@@ -1,6 +1,7 @@
 """Throughput of the rule negatives: captions/s per kind, all together, and where the time goes.
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_negatives.py [--reps 3] [--repeat 1] [--workers 1 2] [--quick]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_negatives.py --command-only [--before ../old-checkout]
 
 Corpus: SugarCrepe's 4,345 distinct positive captions (COCO val2017 style), repeated `--repeat`
 times (`--quick`: the first 1,000). One BLAS/OpenMP thread (set before numpy loads), so a CPU
@@ -23,7 +24,9 @@ shared machine, and the goal (>= 1,000 captions/s per core) is judged on it. Eac
   it, in a subprocess, on `--command-captions` (5,000) captions, 1 worker, everything included
   (interpreter and library start-up, loading spaCy, mining the vocabulary and the n-gram model,
   parsing once, writing shards), with the default plausibility filter and without it
-  (goal: >= 700 captions/s wall).
+  (goal: >= 700 captions/s wall). `--command-only` runs this stage alone (results in
+  bench/results/negatives_command.json); `--before DIR` runs an earlier checkout's command
+  (its positional spelling) right after each of ours, and checks the outputs are identical.
 Also `coverage` / `coverage_lm` (first repetition of `end_to_end:all` / `end_to_end_lm:all`):
 the share of the corpus captions with at least one negative per kind:subkind, per kind (any of
 its sub-kinds) and of any kind, as in the generator's `negatives_stats.json`; and `language`:
