@@ -1,6 +1,7 @@
 """Throughput of the rule negatives: captions/s per kind, all together, and where the time goes.
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_negatives.py [--reps 3] [--repeat 1] [--workers 1 2] [--quick]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_negatives.py --command-only [--before ../old-checkout]
 
 Corpus: SugarCrepe's 4,345 distinct positive captions (COCO val2017 style), repeated `--repeat`
 times (`--quick`: the first 1,000). One BLAS/OpenMP thread (set before numpy loads), so a CPU
@@ -23,7 +24,9 @@ shared machine, and the goal (>= 1,000 captions/s per core) is judged on it. Eac
   it, in a subprocess, on `--command-captions` (5,000) captions, 1 worker, everything included
   (interpreter and library start-up, loading spaCy, mining the vocabulary and the n-gram model,
   parsing once, writing shards), with the default plausibility filter and without it
-  (goal: >= 700 captions/s wall).
+  (goal: >= 700 captions/s wall). `--command-only` runs this stage alone (results in
+  bench/results/negatives_command.json); `--before DIR` runs an earlier checkout's command
+  (its positional spelling) right after each of ours, and checks the outputs are identical.
 Also `coverage` / `coverage_lm` (first repetition of `end_to_end:all` / `end_to_end_lm:all`):
 the share of the corpus captions with at least one negative per kind:subkind, per kind (any of
 its sub-kinds) and of any kind, as in the generator's `negatives_stats.json`; and `language`:
@@ -44,6 +47,7 @@ import argparse  # noqa: E402
 import csv  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Optional  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 if sys.path and Path(sys.path[0]).resolve() == ROOT / "bench":
@@ -84,8 +88,11 @@ def language_check(english: list[str]) -> dict:
             "recall_per_language": {k: h / n for k, (h, n) in sorted(per_lang.items())}}
 
 
-def whole_command(runs, record, corpus: list[str], count: int, tmp: Path, rep: int) -> None:
-    """`python -m datagen.negatives generate CSV OUT --workers 1` in a subprocess, timed whole."""
+def whole_command(runs, record, corpus: list[str], count: int, tmp: Path, rep: int,
+                  before: Optional[Path] = None) -> None:
+    """`python -m datagen.negatives generate --src CSV --out OUT --workers 1` in a subprocess,
+    timed whole; with `before` (a checkout of an earlier commit) its command runs right after
+    each of ours, in the same conditions (`before_whole_command*`, its CLI's positional form)."""
     import resource
     import subprocess
     import time
@@ -100,17 +107,50 @@ def whole_command(runs, record, corpus: list[str], count: int, tmp: Path, rep: i
         w = csv.writer(handle)
         w.writerow(["filepath", "caption"])
         w.writerows((f"img{i}.jpg", c) for i, c in enumerate(captions))
+    here = Path(__file__).resolve().parents[1]
+    trees = [("", here)] + ([("before_", before)] if before else [])
     for name, extra in (("whole_command", []), ("whole_command_no_lm", ["--no-plausibility"])):
-        out = tmp / f"{name}-{rep}"
-        t0, c0 = time.perf_counter(), children_cpu()
-        done = subprocess.run([sys.executable, "-m", "datagen.negatives", "generate", str(src), str(out),
-                               "--workers", "1", "--quiet", *extra], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parents[1])
-        wall, cpu = time.perf_counter() - t0, children_cpu() - c0
-        if done.returncode != 0:
-            raise SystemExit(f"bench_negatives: {name} failed: {done.stderr.strip().splitlines()[-1:]}")
-        record(name, count, wall, cpu)
-        log(f"negatives rep {rep + 1}: {name} {count / wall:.0f} captions/s wall (whole command, 1 worker)")
+        for prefix, root in trees:
+            out = tmp / f"{prefix}{name}-{rep}"
+            paths = ["--src", str(src), "--out", str(out)] if root == here else [str(src), str(out)]
+            t0, c0 = time.perf_counter(), children_cpu()
+            done = subprocess.run([sys.executable, "-m", "datagen.negatives", "generate", *paths,
+                                   "--workers", "1", "--quiet", *extra], capture_output=True, text=True,
+                                  cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+            wall, cpu = time.perf_counter() - t0, children_cpu() - c0
+            if done.returncode != 0:
+                raise SystemExit(f"bench_negatives: {prefix}{name} failed: {done.stderr.strip().splitlines()[-1:]}")
+            record(prefix + name, count, wall, cpu, load=os.getloadavg()[0])
+            log(f"negatives rep {rep + 1}: {prefix}{name} {count / wall:.0f} captions/s wall "
+                f"(whole command, 1 worker, load {os.getloadavg()[0]:.1f})")
+        if before and (tmp / f"{name}-{rep}").is_dir():
+            same = all((tmp / f"{name}-{rep}" / f).read_bytes() == (tmp / f"before_{name}-{rep}" / f).read_bytes()
+                       for f in ("shard-000000.tar", "vocab.json"))
+            runs.setdefault(f"{name}_identical_to_before", []).append(same)
+
+
+def command_only(args) -> None:
+    """The whole-command stage alone, `--reps` times (with `--before`: interleaved with the
+    earlier commit's command); writes bench/results/negatives_command.json."""
+    runs: dict[str, list] = {}
+
+    def record(name: str, count: int, wall: float, cpu: float, **extra) -> None:
+        runs.setdefault(name, []).append({"n": count, "wall_s": wall, "cpu_s": cpu, **extra})
+
+    corpus = sugarcrepe_captions(args.sugarcrepe)
+    with tempfile.TemporaryDirectory(prefix="bench_negatives_") as tmp:
+        for rep in range(args.reps):
+            whole_command(runs, record, corpus, args.command_captions, Path(tmp), rep,
+                          Path(args.before).resolve() if args.before else None)
+    stages = {name: {**stage_summary(samples), "load_avg_1min": [round(s["load"], 2) for s in samples]}
+              for name, samples in runs.items() if not name.endswith("_identical_to_before")}
+    goals = {name: {"per_wall_s": stages[name]["per_wall_s"]["median"],
+                    "goal_met": stages[name]["per_wall_s"]["median"] >= GOAL_COMMAND}
+             for name in stages}
+    result = {"captions": args.command_captions, "reps": args.reps, "stages": stages, "goals": goals,
+              "before": args.before, "goal": f">= {GOAL_COMMAND:.0f} captions/s wall, whole command, 1 worker",
+              "identical_to_before": {k: v for k, v in runs.items() if k.endswith("_identical_to_before")}}
+    write_result("negatives_command", result, args.out)
 
 
 def stage_summary(samples: list[dict]) -> dict:
@@ -135,6 +175,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="first 1,000 captions, 3 reps, no CLI path")
     parser.add_argument("--command-captions", type=int, default=5000,
                         help="captions for the whole-command stage (0: skip it)")
+    parser.add_argument("--command-only", action="store_true",
+                        help="only the whole-command stage (`--reps` times)")
+    parser.add_argument("--before", default=None,
+                        help="checkout of an earlier commit: its whole command runs interleaved with ours")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if args.threads:
@@ -143,6 +187,9 @@ def main() -> None:
     if args.quick:
         args.limit, args.workers = args.limit or 1000, []
 
+    if args.command_only:
+        command_only(args)
+        return
     captions = sugarcrepe_captions(args.sugarcrepe) * args.repeat
     if args.limit:
         captions = captions[: args.limit]

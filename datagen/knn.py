@@ -242,6 +242,16 @@ def _blas_threads() -> int:
     return max([1] + [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"])
 
 
+def _syrk():
+    """BLAS `ssyrk` (C = A^T A, one triangle: half a square product's work) from scipy, which
+    scikit-learn brings; None without it (the diagonal block pairs then use a full product)."""
+    try:
+        from scipy.linalg.blas import ssyrk
+    except ImportError:
+        return None
+    return ssyrk
+
+
 def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
                    margin: float = 1e-3, threads: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
     """Exact top k by inner product of every row of `xb` against all rows (itself included),
@@ -270,26 +280,39 @@ def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
     thr = np.full(n, -np.inf, np.float32)
     if k == 0:
         return np.empty((n, 0), np.float32), np.empty((n, 0), np.int64)
+    syrk = _syrk()  # imported before the thread limit below, so that it covers its BLAS too
     sample = xb[::max(1, n // probe)][:probe]
-    if len(sample) >= k:  # the margin scales with the norms, as the rounding of a product does
-        reach = margin * float(np.linalg.norm(sample, axis=1).max())
-        for start in range(0, n, 8192):
-            chunk = xb[start:start + 8192]
-            part = chunk @ sample.T
-            thr[start:start + 8192] = (np.partition(part, len(sample) - k, axis=1)[:, len(sample) - k]
-                                       - reach * np.linalg.norm(chunk, axis=1))
+    primed = len(sample) >= k
+    reach = margin * float(np.linalg.norm(sample, axis=1).max()) if primed else 0.0
 
-    def merge(rows: np.ndarray, keys: np.ndarray) -> None:
-        if not len(rows):
-            return
-        order = np.argsort(rows)  # any order within a row: the keys decide
+    def prime(start: int) -> None:
+        """Rows [start, start + 8192): the k-th best against the sample, less the margin (the
+        margin scales with the norms, as the rounding of a product does)."""
+        chunk = xb[start:start + 8192]
+        part = chunk @ sample.T
+        thr[start:start + 8192] = (np.partition(part, len(sample) - k, axis=1)[:, len(sample) - k]
+                                   - reach * np.linalg.norm(chunk, axis=1))
+
+    def candidates(rows: np.ndarray, keys: np.ndarray, i0: int, j0: int, m: int):
+        """Per row (ascending), its best k of the new candidate keys: (rows, [rows, <= k] keys,
+        0 = none). Outside the lock; `rows` lie in [i0, i0 + m) or [j0, j0 + m), so a stable
+        sort of their 16-bit local numbers (a radix sort in numpy) groups them in linear time."""
+        local_rows = rows - i0 if j0 == i0 else np.where(rows >= j0, rows - j0 + m, rows - i0)
+        order = np.argsort(local_rows.astype(np.uint16 if 2 * m <= 65536 else np.int64), kind="stable")
         rows, keys = rows[order], keys[order]
-        uniq, first, counts = np.unique(rows, return_index=True, return_counts=True)
-        width = k + int(counts.max())
-        pad = np.zeros((len(uniq), width), np.uint64)
-        pad[:, :k] = best[uniq]
-        pad[np.repeat(np.arange(len(uniq)), counts), k + np.arange(len(rows)) - np.repeat(first, counts)] = keys
-        top = np.partition(pad, width - k, axis=1)[:, width - k:]
+        first = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1]]))
+        counts = np.diff(np.append(first, len(rows)))
+        width = int(counts.max())
+        pad = np.zeros((len(first), width), np.uint64)
+        pad[np.repeat(np.arange(len(first)), counts), np.arange(len(rows)) - np.repeat(first, counts)] = keys
+        if width > k:
+            pad = np.partition(pad, width - k, axis=1)[:, width - k:]
+        return rows[first], pad
+
+    def merge(uniq: np.ndarray, new: np.ndarray) -> None:
+        """Each row's k best of its kept and its new candidates; its threshold raised to the
+        k-th of them once it has k."""
+        top = np.partition(np.concatenate([best[uniq], new], axis=1), new.shape[1], axis=1)[:, new.shape[1]:]
         best[uniq] = top
         low = top.min(1)
         full = uniq[low > 0]
@@ -302,17 +325,36 @@ def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
     side = min(n, block)
     local, lock = threading.local(), threading.Lock()
 
+    def product(i0: int, j0: int) -> np.ndarray:
+        """X_i X_j^T in this thread's buffer. On the diagonal (with syrk) only its lower
+        triangle, diagonal included, is computed, into a buffer whose strict upper triangle
+        holds NaN, which passes no threshold."""
+        if not hasattr(local, "prod"):
+            local.prod, local.mask, local.diag = np.empty(side * side, np.float32), np.empty(side * side, bool), {}
+        xi, xj = xb[i0:i0 + block], xb[j0:j0 + block]
+        if i0 == j0 and syrk is not None:
+            m = len(xi)
+            if m not in local.diag:
+                local.diag[m] = np.triu(np.full((m, m), np.nan, np.float32), 1)
+            out = local.diag[m]  # C = A^T A of A = X_i^T: syrk's upper triangle, column-major,
+            syrk(1.0, xi.T, trans=1, c=out.T, overwrite_c=1)  # is this row-major lower one
+            return out
+        return np.matmul(xi, xj.T, out=local.prod[:len(xi) * len(xj)].reshape(len(xi), len(xj)))
+
     def join(pair: tuple[int, int]) -> None:
         i0, j0 = pair
-        if not hasattr(local, "prod"):
-            local.prod, local.mask = np.empty(side * side, np.float32), np.empty(side * side, bool)
-        xi, xj = xb[i0:i0 + block], xb[j0:j0 + block]
-        prod = np.matmul(xi, xj.T, out=local.prod[:len(xi) * len(xj)].reshape(len(xi), len(xj)))
+        prod = product(i0, j0)
         mask = local.mask[:prod.size].reshape(prod.shape)
-        thr_i, thr_j = thr[i0:i0 + len(xi)].copy(), thr[j0:j0 + len(xj)].copy()
-        if j0 == i0:
+        thr_i, thr_j = thr[i0:i0 + prod.shape[0]].copy(), thr[j0:j0 + prod.shape[1]].copy()
+        if j0 == i0 and syrk is None:
             a, b = above(prod, thr_i[:, None], mask)
             rows, ids, vals = a + i0, b + j0, prod[a, b]
+        elif j0 == i0:  # the lower triangle: product (a, b), a >= b, serves row a and (a != b)
+            a, b = above(prod, thr_i[:, None], mask)  # row b, each by its own threshold
+            a2, b2 = above(prod, thr_i[None, :], mask)
+            a2, b2 = a2[a2 != b2], b2[a2 != b2]
+            rows, ids = np.concatenate([a + i0, b2 + i0]), np.concatenate([b + i0, a2 + i0])
+            vals = np.concatenate([prod[a, b], prod[a2, b2]])
         else:  # one pass for both sides: a row's bound is the lower of its own and block j's
             a, b = above(prod, np.minimum(thr_i, thr_j.min())[:, None], mask)
             if len(a) > ONE_PASS_SHARE * prod.size:  # block j's lowest threshold lets too much in
@@ -326,9 +368,11 @@ def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
                 rows = np.concatenate([a[by_i] + i0, b[by_j] + j0])
                 ids = np.concatenate([b[by_i] + j0, a[by_j] + i0])
                 vals = np.concatenate([v[by_i], v[by_j]])
-        keys = _rank_keys(vals, ids)
+        if not len(rows):
+            return
+        uniq, new = candidates(rows, _rank_keys(vals, ids), i0, j0, prod.shape[0])
         with lock:
-            merge(rows, keys)
+            merge(uniq, new)
 
     starts = range(0, n, block)
     pairs = [(i, i) for i in starts] + [(i, j) for i in starts for j in starts if j > i]
@@ -337,6 +381,8 @@ def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
     # product, and the selection runs in parallel as well (numpy releases the GIL). A thread may
     # read a threshold another is raising: either value is a lower bound, so the answer holds.
     with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
+        if primed:
+            list(pool.map(prime, range(0, n, 8192)))
         list(pool.map(join, pairs))
     best = np.sort(best, axis=1)[:, ::-1]
     empty = best == 0

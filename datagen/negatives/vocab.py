@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import json
 import random
+from bisect import bisect_right
 from functools import lru_cache
+from itertools import accumulate
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Optional
@@ -132,6 +134,8 @@ class Vocabulary:
         self.lm = lm  # the corpus n-gram model of the plausibility filter (None: not trained)
         self.fallback = fallback  # asked when no bucket of this one has a usable word
         self._cum: dict[str, tuple[list[str], list[int]]] = {}
+        self._positions: dict[str, dict[str, int]] = {}
+        self._company: tuple = (None, {})  # the last View asked about, its sets by skipped chunk
 
     @classmethod
     def mine(cls, views: Iterable[View], min_count: int = 2, top_k: int = 300,
@@ -172,11 +176,18 @@ class Vocabulary:
         return cls(buckets, fallback=builtin_vocabulary(), lm=NgramLM.train(texts))
 
     def company(self, v: View, skip: int = -1) -> set[str]:
-        """Nouns seen in the corpus with the caption's object nouns (chunk `skip` left out)."""
+        """Nouns seen in the corpus with the caption's object nouns (chunk `skip` left out);
+        remembered for the last caption asked about (its rules ask again and again)."""
+        if self._company[0] is not v:
+            self._company = (v, {})
+        known = self._company[1]
+        if skip in known:
+            return set(known[skip])
         out: set[str] = set()
         for k, c in enumerate(v.chunks):
             if k != skip and v.tags[c.head] in ("NN", "NNS"):
                 out.update(w for w, _ in self.buckets.get(f"with/{crude_lemma(v.lower[c.head])}", ()))
+        known[skip] = frozenset(out)
         return out
 
     def words(self, bucket: str) -> list[str]:
@@ -195,23 +206,27 @@ class Vocabulary:
             if not entries or len(entries) < 2:
                 continue
             if keep is not None:
-                entries = [e for e in entries if e[0] in keep]
+                index = self._index(bucket)
+                entries = [entries[i] for i in sorted(index[w] for w in keep if w in index)]
                 if not entries:
                     continue
-                words, weights = [w for w, _ in entries], [n for _, n in entries]
-                cum = None
+                words, cum = [w for w, _ in entries], list(accumulate(n for _, n in entries))
             else:
                 words, cum = self._cumulative(bucket)
-            for _ in range(tries):
-                if cum is not None:
-                    word = rng.choices(words, cum_weights=cum)[0]
-                else:
-                    word = rng.choices(words, weights=weights)[0]
+            total, hi = cum[-1] + 0.0, len(cum) - 1
+            for _ in range(tries):  # rng.choices(words, cum_weights=cum)[0], without its checks
+                word = words[bisect_right(cum, rng.random() * total, 0, hi)]
                 if crude_lemma(word) not in avoid and not is_synonym(replaced, word):
                     return word
         if self.fallback is not None:
             return self.fallback.sample(rng, buckets, replaced, avoid, keep, tries)
         return None
+
+    def _index(self, bucket: str) -> dict[str, int]:
+        """Word -> its position in the bucket (to filter a bucket by a word set in its order)."""
+        if bucket not in self._positions:
+            self._positions[bucket] = {w: i for i, (w, _) in enumerate(self.buckets[bucket])}
+        return self._positions[bucket]
 
     def _cumulative(self, bucket: str) -> tuple[list[str], list[int]]:
         if bucket not in self._cum:
