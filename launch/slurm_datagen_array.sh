@@ -4,7 +4,7 @@
 # Split the captions into parts first (one CSV/TSV or JSON per part, each with its header). Mine
 # one replacement vocabulary for all parts (a run writes it to OUT/vocab.json), then one task
 # per part:
-#   python -m datagen.negatives generate all_captions.tsv vocab_run --limit 20000
+#   python -m datagen negatives generate --src all_captions.tsv --out vocab_run --limit 20000
 #   VOCAB=vocab_run/vocab.json sbatch --array=0-63 launch/slurm_datagen_array.sh parts/ out/
 #SBATCH --job-name=compclip-datagen
 #SBATCH --cpus-per-task=8
@@ -16,5 +16,5 @@ out=${2:?usage: sbatch --array=0-N launch/slurm_datagen_array.sh PARTS_DIR OUT_D
 part=$(ls "$parts" | sort | sed -n "$((SLURM_ARRAY_TASK_ID + 1))p")
 name=$(printf 'part-%05d' "$SLURM_ARRAY_TASK_ID")
 export OMP_NUM_THREADS=1
-python -m datagen.negatives generate "$parts/$part" "$out/$name" --seed "${SEED:-0}" \
+python -m datagen negatives generate --src "$parts/$part" --out "$out/$name" --seed "${SEED:-0}" \
   --vocab "${VOCAB:?mine one vocabulary first and pass VOCAB=path so every part uses the same}"
