@@ -1,0 +1,50 @@
+"""docs/cli.md, checked on every command's parser: each option has help, help shows defaults
+(compclip.cli.HelpFormatter), and usage errors are one line with exit 2 (compclip.cli.Parser)."""
+import argparse
+
+import pytest
+
+from compclip.cli import HelpFormatter, Parser
+
+
+def _parsers():
+    from datagen.__main__ import build_parser as datagen
+    from datagen.negatives.__main__ import build_parser as negatives
+    from datagen.world.cli import build_parser as world
+    from eval.cli import make_main_parser as evaluation
+    from trainer.train import build_parser as trainer
+    return {"trainer": trainer(), "datagen": datagen(), "negatives": negatives(), "world": world(),
+            "eval": evaluation()}
+
+
+def _walk(name, parser):
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                yield from _walk(f"{name} {sub_name}", sub)
+
+
+def _all():
+    return [pair for name, parser in _parsers().items() for pair in _walk(name, parser)]
+
+
+@pytest.mark.parametrize("name,parser", _all(), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_option_has_help_and_shows_defaults(name, parser):
+    assert isinstance(parser, Parser) and issubclass(parser.formatter_class, HelpFormatter), name
+    for action in parser._actions:
+        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) or not action.option_strings:
+            continue
+        if action.help == argparse.SUPPRESS:  # a deprecated alias, hidden on purpose
+            continue
+        assert action.help, f"{name} {action.option_strings[0]} has no help"
+
+
+@pytest.mark.parametrize("name,parser", _all(), ids=lambda v: v if isinstance(v, str) else "")
+def test_usage_errors_are_one_line(name, parser, capsys):
+    if name.split()[-1] in ("negatives", "world") and name != name.split()[-1]:
+        return  # `datagen negatives|world` hand their arguments to their own parser (tested above)
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["--no-such-option"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit_.value.code == 2 and len(err) == 1 and err[0].startswith("error: "), err
