@@ -181,12 +181,11 @@ class Seed:
         if not todo:
             return
         log(f"seed {self.seed}: the base model's in-batch numbers on the finetunes' validation batches")
+        cmd = [sys.executable, "launch/demo.py", "start-metrics", str(self.dir / "start")]
         for recipe in todo:
-            self.run(f"start_{recipe}", [sys.executable, "launch/demo.py", "start-metrics",
-                                         str(self.dir / "start" / f"{recipe}.json"), "--",
-                                         *self.train_cmd(recipe)[2:], "eval.benchmarks=[]",
-                                         "logging.tensorboard=false", "logging.progress=false",
-                                         f"logging.output_dir={self.dir / 'start'}", "checkpoint.resume=null"])
+            cmd += ["--", *self.train_cmd(recipe)[2:], "eval.benchmarks=[]", "logging.tensorboard=false",
+                    "logging.progress=false", f"logging.output_dir={self.dir / 'start'}", "checkpoint.resume=null"]
+        self.run("start_metrics", cmd)
 
     def finetunes(self) -> list[tuple[str, list[str]]]:
         """The finetunes still to run, costliest first (so the last one does not run alone)."""
@@ -228,8 +227,9 @@ def run_parallel(jobs: list[tuple[Seed, str, list[str]]], slots: int) -> None:
             last_shown = time.time()
             for seed, recipe, _ in running:
                 if line := last_progress(seed.logs / f"{recipe}.log"):
-                    log(f"seed {seed.seed}: {recipe} (epoch {epochs_done(seed, recipe) + 1} of "
-                        f"{recipe_epochs(recipe, seed.args)}): {line}")
+                    total = recipe_epochs(recipe, seed.args)
+                    log(f"seed {seed.seed}: {recipe} (epoch {min(epochs_done(seed, recipe) + 1, total)} of "
+                        f"{total}): {line}")
         for seed, recipe, proc in list(running):
             n = epochs_done(seed, recipe)
             if n != shown.get((seed.seed, recipe), 0):
@@ -460,25 +460,36 @@ def plots(summary: dict, seeds: list[Seed], out: Path, close: bool = True) -> tu
 
 
 def start_metrics_main(argv: list[str]) -> int:
-    """`launch/demo.py start-metrics OUT.json -- RECIPE [key=value ...]`: the `val/*` numbers of the
-    recipe's model before any training step (its validation batches, no benchmarks), to OUT.json."""
-    if len(argv) < 3 or argv[1] != "--":
-        print("usage: launch/demo.py start-metrics OUT.json -- RECIPE [key=value ...]", file=sys.stderr)
+    """`launch/demo.py start-metrics DIR -- RECIPE [key=value ...] [-- RECIPE ...]`: for each recipe,
+    the `val/*` numbers of its model before any training step (its validation batches, no
+    benchmarks), written to DIR/<recipe name>.json."""
+    groups, current = [], None
+    for arg in argv[1:]:
+        if arg == "--":
+            current = []
+            groups.append(current)
+        elif current is not None:
+            current.append(arg)
+    if not argv or not groups or not all(groups):
+        print("usage: launch/demo.py start-metrics DIR -- RECIPE [key=value ...] [-- RECIPE ...]", file=sys.stderr)
         return 2
     sys.path.insert(0, str(ROOT))
     from trainer.recipe import load_recipe
     from trainer.train import Trainer, preflight
-    recipe = load_recipe(argv[2], argv[3:])
-    if not recipe.data.val_fraction and not recipe.data.val_shards:
-        print(f"error: {argv[2]}: no validation batches (set data.val_fraction or data.val_shards)", file=sys.stderr)
-        return 2
-    sources, val_sources, overlap = preflight(recipe)
-    metrics = Trainer(recipe, sources, val_sources, overlap).validate()
-    out = Path(argv[0])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".tmp").write_text(json.dumps(metrics, indent=1))
-    os.replace(out.with_suffix(".tmp"), out)
-    print(json.dumps(metrics), file=sys.stderr)
+    for group in groups:
+        recipe = load_recipe(group[0], group[1:])
+        if not recipe.data.val_fraction and not recipe.data.val_shards:
+            print(f"error: {group[0]}: no validation batches (set data.val_fraction or data.val_shards)",
+                  file=sys.stderr)
+            return 2
+        sources, val_sources, overlap = preflight(recipe)
+        metrics = Trainer(recipe, sources, val_sources, overlap).validate()
+        out = Path(argv[0]) / f"{recipe.name}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".tmp").write_text(json.dumps(metrics, indent=1))
+        os.replace(out.with_suffix(".tmp"), out)
+        print(f"{recipe.name}: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items())),
+              file=sys.stderr, flush=True)
     return 0
 
 
