@@ -158,3 +158,12 @@ def test_several_seeds_show_each_seeds_difference_to_the_control(demo, tmp_path)
             _write_run(seed, recipe, [{"left_right/acc": lr if recipe == "demo_leftright" else control}])
     text = demo.markdown(demo.summarise(seeds, ("demo_clip_ft", "demo_leftright")), "x", 1.0)
     assert "Per-seed difference" in text and "+10.0 / -2.0 / +10.0" in text
+
+
+def test_start_metrics_needs_a_recipe_after_the_separator(demo, tmp_path, capsys):
+    assert demo.main(["start-metrics", str(tmp_path)]) == 2
+    assert demo.main(["start-metrics", str(tmp_path), "--"]) == 2
+    assert "usage: launch/demo.py start-metrics DIR -- RECIPE" in capsys.readouterr().err
+    recipe = ROOT / "recipes" / "demo_clip_ft.yaml"
+    assert demo.main(["start-metrics", str(tmp_path), "--", str(recipe), "data.val_fraction=0"]) == 2
+    assert "no validation batches" in capsys.readouterr().err
