@@ -405,7 +405,7 @@ def plots(summary: dict, seeds: list[Seed], out: Path, close: bool = True) -> tu
         means = [100 * (rows[m]["mean"] or 0) for m, _ in METRICS]
         stds = [100 * rows[m]["std"] for m, _ in METRICS] if several else None
         ax.bar(x + i * width, means, width, yerr=stds, label=LABELS[r], capsize=2 if several else 0,
-               color="0.75" if r == "demo_pretrain" else None)
+               color="0.75" if r == "demo_pretrain" else f"C{i - 1}")  # one colour per recipe in both plots
     for j, (m, _) in enumerate(METRICS):
         ax.hlines(100 * CHANCE[m], j - width / 2, j + width * (len(recipes) - 0.5), colors="k",
                   linestyles="dashed", linewidth=1, label="chance" if j == 0 else None)
@@ -442,7 +442,7 @@ def plots(summary: dict, seeds: list[Seed], out: Path, close: bool = True) -> tu
                       if all(v[e] is not None for v in per_seed)]
             if points:
                 n_epochs = max(n_epochs, n - 1)
-                ax.plot(*zip(*points), marker="o", label=LABELS[r])
+                ax.plot(*zip(*points), marker="o", label=LABELS[r], color=f"C{recipes.index(r) - 1}")
         if metric in CHANCE:
             ax.axhline(100 * CHANCE[metric], color="k", linestyle="dashed", linewidth=1, label="chance")
         ax.set_title(title, fontsize=9)

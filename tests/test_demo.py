@@ -138,7 +138,7 @@ def test_plots_integer_epochs_base_at_epoch_zero_chance_and_no_empty_error_bars(
     seeds = [demo.Seed(tmp_path, 0, _args())]
     _write_run(seeds[0], "demo_pretrain", [{"bivlc/t2i": 0.3}])
     for recipe in ("demo_clip_ft", "demo_trohn_img"):
-        _write_run(seeds[0], recipe, [{"bivlc/t2i": 0.4}])
+        _write_run(seeds[0], recipe, [{"bivlc/t2i": 0.4} | ({"val/partner_acc": 0.7} if recipe == "demo_trohn_img" else {})])
     summary = demo.summarise(seeds, ("demo_clip_ft", "demo_trohn_img"))
     comparison, curves = demo.plots(summary, seeds, tmp_path, close=False)
     bars = comparison.axes[0]
@@ -149,6 +149,8 @@ def test_plots_integer_epochs_base_at_epoch_zero_chance_and_no_empty_error_bars(
     first = t2i.get_lines()[0]
     assert list(first.get_xdata()) == [0, 1] and list(first.get_ydata()) == pytest.approx([30.0, 40.0])
     assert any(list(line.get_ydata()) == [25.0, 25.0] for line in t2i.get_lines())  # chance, BiVLC T2I
+    partner = curves.axes[-1].get_lines()[0]  # only TROHN-Img-style has partners: same colour as elsewhere
+    assert partner.get_label() == "TROHN-Img-style" and partner.get_color() == t2i.get_lines()[1].get_color()
 
 
 def test_several_seeds_show_each_seeds_difference_to_the_control(demo, tmp_path):
