@@ -169,3 +169,12 @@ def test_start_metrics_needs_a_recipe_after_the_separator(demo, tmp_path, capsys
     recipe = ROOT / "recipes" / "demo_clip_ft.yaml"
     assert demo.main(["start-metrics", str(tmp_path), "--", str(recipe), "data.val_fraction=0"]) == 2
     assert "no validation batches" in capsys.readouterr().err
+
+
+def test_probes_name_a_world_without_shards(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("demo_probes", ROOT / "launch" / "demo_probes.py")
+    probes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probes)
+    (tmp_path / "train").mkdir()
+    with pytest.raises(SystemExit, match="holds no .tar shards"):
+        probes.main(["negatives", str(tmp_path), "missing.pt"])
