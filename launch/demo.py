@@ -1,32 +1,40 @@
-"""The offline demo: synthetic world -> a shared base model -> four finetuning recipes -> comparison.
+"""The offline demo: synthetic world -> a shared base model -> five finetuning recipes -> comparison.
 
     bash launch/demo.sh                          # one seed (the README's main command)
     bash launch/demo.sh --seeds 0 1 2            # several seeds: means and spread (docs/demo.md)
 
 For each seed, everything under `<out>/seed-<s>/`:
-1. `world/`: the synthetic world (`python -m datagen.world build --negatives --partners
-   generated`): training shards with scene-edit negatives (swap / replace / add on objects,
-   attributes, relations), a copy with generated partner images, and every benchmark set.
+1. `world/`: the synthetic world (`python -m datagen.world build --negatives --partners all`):
+   training shards with scene-edit negatives (swap / replace / add on objects, attributes,
+   relations), a copy with generated partner images, a set of left/right scenes with their
+   mirrored partners (`train_mirrored`), and every benchmark set.
 2. `pretrained.pt`: `recipes/demo_pretrain.yaml`, plain CLIP training from random weights, the
    stand-in for the pretrained CLIP weights the papers start from.
 3. `world/train_negclip/`: NegCLIP's data, spaCy swap negatives (`python -m datagen.negatives
    generate --kinds swap`) and the K=3 nearest-neighbour images under the base model
    (`python -m datagen knn`).
-4. `runs/<recipe>/`: `demo_clip_ft` (control), `demo_negclip`, `demo_trohn_text`,
-   `demo_trohn_img`, each finetuned from `pretrained.pt` for the same number of anchors and
-   evaluated on VISLA, SugarCrepe, BiVLC and ARO at every epoch (TensorBoard + `eval.jsonl`).
-   Two trainers run at a time, one thread each (both cores busy).
+4. `start/<recipe>.json`: the base model's in-batch numbers (`val/*`: loss, i2t / t2i,
+   hard-negative and partner accuracy) on each finetune's validation batches (5% of the images,
+   held out by image id), the "epoch 0" of the finetunes' `val/*` curves.
+5. `runs/<recipe>/`: `demo_clip_ft` (control), `demo_negclip`, `demo_trohn_text`,
+   `demo_trohn_img`, `demo_leftright`, each finetuned from `pretrained.pt` for the same number of
+   anchors and evaluated on VISLA, SugarCrepe, BiVLC, ARO and `left_right` at every epoch, with
+   its validation batches (TensorBoard + `eval.jsonl`). Two trainers run at a time, one thread
+   each (both cores busy).
 Then `<out>/results.md` and `results.json` (last-epoch metrics per recipe, mean and standard
 deviation over seeds, differences to the control) and `comparison.png` / `curves.png`. Every
 step is a command a user could type; each one's output goes to `<out>/seed-<s>/logs/`. A step
 whose output is complete is not run again and a killed training resumes from its last
-checkpoint (`checkpoint.resume=auto`), so a rerun after a kill continues.
+checkpoint (`checkpoint.resume=auto`), so a rerun after a kill continues. While a step runs, the
+last progress line of its log (steps, rate, ETA) is repeated on stderr every `--progress-every`
+seconds.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -35,12 +43,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FINETUNES = ("demo_clip_ft", "demo_negclip", "demo_trohn_text", "demo_trohn_img")
-LABELS = {"demo_clip_ft": "control (CLIP-FT)", "demo_negclip": "NegCLIP-style",
-          "demo_trohn_text": "TROHN-Text-style", "demo_trohn_img": "TROHN-Img-style"}
-LONGEST_FIRST = ("demo_negclip", "demo_trohn_img", "demo_trohn_text", "demo_clip_ft")  # 2B x 4B, 2B x 2B, B x 2B, B x B
-TRAIN_SET = {"demo_pretrain": "train", "demo_clip_ft": "train", "demo_negclip": "train_negclip",
-             "demo_trohn_text": "train", "demo_trohn_img": "train_generated"}
+FINETUNES = ("demo_clip_ft", "demo_negclip", "demo_trohn_text", "demo_trohn_img", "demo_leftright")
+LABELS = {"demo_pretrain": "base (no finetuning)", "demo_clip_ft": "control (CLIP-FT)",
+          "demo_negclip": "NegCLIP-style", "demo_trohn_text": "TROHN-Text-style",
+          "demo_trohn_img": "TROHN-Img-style", "demo_leftright": "left-right pairs"}
+# costliest first: 2B x 4B, 2B x 2B, B x 2B, (B + B/8) x (B + B/8), B x B
+LONGEST_FIRST = ("demo_negclip", "demo_trohn_img", "demo_trohn_text", "demo_leftright", "demo_clip_ft")
+TRAIN_SET = {"demo_pretrain": ["train"], "demo_clip_ft": ["train"], "demo_negclip": ["train_negclip"],
+             "demo_trohn_text": ["train"], "demo_trohn_img": ["train_generated"],
+             "demo_leftright": ["train", "train_mirrored"]}
 # (metric, short name): what the table shows; the papers' claims are about these
 METRICS = [
     ("sugarcrepe/replace", "SC replace"), ("sugarcrepe/swap", "SC swap"), ("sugarcrepe/add", "SC add"),
@@ -48,12 +59,39 @@ METRICS = [
     ("aro/vg_relation/macro", "ARO rel"), ("aro/vg_attribution/macro", "ARO attr"),
     ("aro/coco_order/mean", "ARO order"), ("visla/generic/i2t", "VISLA gen I2T"),
     ("visla/spatial/i2t", "VISLA spa I2T"), ("bivlc/i2t", "BiVLC I2T"), ("bivlc/t2i", "BiVLC T2I"),
-    ("bivlc/group", "BiVLC group"),
+    ("bivlc/group", "BiVLC group"), ("left_right/acc", "L/R acc"),
 ]
+# chance level of each table metric under random scores (docs/eval.md): two options 1/2; ARO order
+# 1 of 5 candidates; VISLA I2T: the negative must score below both positives (1/3); BiVLC I2T / T2I:
+# both of two binary choices right (1/4); group: both positives above both cross pairs (1/6)
+CHANCE = {m: 0.5 for m, _ in METRICS} | {"aro/coco_order/mean": 0.2, "visla/generic/i2t": 1 / 3,
+                                          "visla/spatial/i2t": 1 / 3, "bivlc/i2t": 0.25, "bivlc/t2i": 0.25,
+                                          "bivlc/group": 1 / 6}
+# the in-batch numbers (trainer/loss.py batch_metrics) on training and validation batches
+INBATCH = [("hard_negative_acc", "hard-negative acc"), ("partner_acc", "partner acc"),
+           ("i2t_acc", "in-batch I2T"), ("t2i_acc", "in-batch T2I")]
 
 
 def log(msg: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+PROGRESS = re.compile(r"\b\d+/\d+\b")  # "32/320 [..." (tqdm), "4000/4000 samples (472/s)"
+
+
+def last_progress(path: Path) -> str:
+    """The newest progress line of a step's log (a tqdm bar: steps, rate, ETA), or ''."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, 2) - 4096))
+            tail = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    for line in reversed(re.split(r"[\r\n]+", tail)):
+        line = line.strip()
+        if line and PROGRESS.search(line):
+            return re.sub(r"\s+", " ", line)[:160]
+    return ""
 
 
 class Seed:
@@ -77,13 +115,22 @@ class Seed:
         return proc
 
     def run(self, name: str, cmd: list[str], threads: int = 2) -> None:
-        wait([(name, self.command(name, cmd, threads), self)])
+        proc = self.command(name, cmd, threads)
+        shown = time.time()
+        while proc.poll() is None:
+            time.sleep(1)
+            if time.time() - shown >= self.args.progress_every:
+                shown = time.time()
+                if line := last_progress(self.logs / f"{name}.log"):
+                    log(f"seed {self.seed}: {name}: {line}")
+        wait([(name, proc, self)])
 
     def train_cmd(self, recipe: str) -> list[str]:
         a = self.args
+        shards = ",".join(str(self.world / name) for name in TRAIN_SET[recipe])
         cmd = [sys.executable, "trainer/train.py", f"recipes/{recipe}.yaml", f"seed={self.seed}",
-               f"logging.output_dir={self.runs}", "logging.progress=false", "checkpoint.resume=auto",
-               f"data.train_shards=[{self.world / TRAIN_SET[recipe]}]",
+               f"logging.output_dir={self.runs}", "checkpoint.resume=auto",
+               f"data.train_shards=[{shards}]",
                f"eval.data_root={self.world / 'benchmarks'}"]
         if recipe != "demo_pretrain":
             cmd.append(f"model.pretrained={self.base}")
@@ -102,8 +149,8 @@ class Seed:
             return
         log(f"seed {self.seed}: building the synthetic world")
         self.run("world", [sys.executable, "-m", "datagen.world", "build", "--out", str(self.world),
-                           "--seed", str(self.seed), "--negatives", "--partners", "generated",
-                           "--bench-scale", str(self.args.bench_scale), "--quiet"])
+                           "--seed", str(self.seed), "--negatives", "--partners", "all",
+                           "--bench-scale", str(self.args.bench_scale)])
 
     def pretrain(self) -> None:
         if self.base.is_file():
@@ -123,10 +170,22 @@ class Seed:
         log(f"seed {self.seed}: NegCLIP data: spaCy swap negatives, then K=3 neighbours under the base model")
         self.run("negatives_swap", [sys.executable, "-m", "datagen.negatives", "generate",
                                     str(self.world / "train"), str(swap), "--kinds", "swap",
-                                    "--seed", str(self.seed), "--quiet"])
+                                    "--seed", str(self.seed)])
         self.run("knn", [sys.executable, "-m", "datagen", "knn", "--src", str(swap), "--out", str(out),
                          "--k", "3", "--arch", "demo-vit-64", "--pretrained", str(self.base),
                          "--method", "exact"])
+
+    def start_metrics(self) -> None:
+        """The base model's `val/*` numbers on each finetune's validation batches (its epoch 0)."""
+        todo = [r for r in self.args.recipes if not (self.dir / "start" / f"{r}.json").is_file()]
+        if not todo:
+            return
+        log(f"seed {self.seed}: the base model's in-batch numbers on the finetunes' validation batches")
+        cmd = [sys.executable, "launch/demo.py", "start-metrics", str(self.dir / "start")]
+        for recipe in todo:
+            cmd += ["--", *self.train_cmd(recipe)[2:], "eval.benchmarks=[]", "logging.tensorboard=false",
+                    "logging.progress=false", f"logging.output_dir={self.dir / 'start'}", "checkpoint.resume=null"]
+        self.run("start_metrics", cmd)
 
     def finetunes(self) -> list[tuple[str, list[str]]]:
         """The finetunes still to run, costliest first (so the last one does not run alone)."""
@@ -144,6 +203,11 @@ def wait(procs: list[tuple[str, subprocess.Popen, Seed]]) -> None:
             (seed.runs / name / "DONE").write_text("")
 
 
+def recipe_epochs(recipe: str, args: argparse.Namespace) -> int:
+    import yaml
+    return args.epochs or yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text())["schedule"]["epochs"]
+
+
 def epochs_done(seed: Seed, recipe: str) -> int:
     path = seed.runs / recipe / "eval.jsonl"
     return len(path.read_text().splitlines()) if path.is_file() else 0
@@ -151,20 +215,28 @@ def epochs_done(seed: Seed, recipe: str) -> int:
 
 def run_parallel(jobs: list[tuple[Seed, str, list[str]]], slots: int) -> None:
     """Run the finetunes `slots` at a time (one thread each), reporting each finished epoch."""
-    pending, running, shown = list(jobs), [], {}
+    pending, running, shown, last_shown = list(jobs), [], {}, time.time()
+    every = jobs[0][0].args.progress_every if jobs else 30
     while pending or running:
         while pending and len(running) < slots:
             seed, recipe, cmd = pending.pop(0)
             log(f"seed {seed.seed}: {recipe} started")
             running.append((seed, recipe, seed.command(recipe, cmd, threads=1)))
         time.sleep(2)
+        if running and time.time() - last_shown >= every:
+            last_shown = time.time()
+            for seed, recipe, _ in running:
+                if line := last_progress(seed.logs / f"{recipe}.log"):
+                    total = recipe_epochs(recipe, seed.args)
+                    log(f"seed {seed.seed}: {recipe} (epoch {min(epochs_done(seed, recipe) + 1, total)} of "
+                        f"{total}): {line}")
         for seed, recipe, proc in list(running):
             n = epochs_done(seed, recipe)
             if n != shown.get((seed.seed, recipe), 0):
                 shown[(seed.seed, recipe)] = n
                 m = last_metrics(seed, recipe)
                 log(f"seed {seed.seed}: {recipe} epoch {n}: SugarCrepe macro {m.get('sugarcrepe/macro', 0):.3f}, "
-                    f"BiVLC group {m.get('bivlc/group', 0):.3f}")
+                    f"BiVLC group {m.get('bivlc/group', 0):.3f}, left/right {m.get('left_right/acc', 0):.3f}")
             if proc.poll() is not None:
                 running.remove((seed, recipe, proc))
                 wait([(recipe, proc, seed)])
@@ -183,9 +255,12 @@ def last_metrics(seed: Seed, recipe: str) -> dict[str, float]:
 
 # --- results ------------------------------------------------------------------------------------
 def summarise(seeds: list[Seed], finetunes: tuple[str, ...] = FINETUNES) -> dict:
-    """Last-epoch metrics per recipe: per seed, mean, sample standard deviation, delta to control."""
+    """Last-epoch metrics per recipe: per seed, mean, sample standard deviation, delta to control;
+    plus the in-batch numbers (`inbatch`, see `inbatch_numbers`)."""
     recipes = ("demo_pretrain",) + finetunes
-    return summarise_metrics({r: {s.seed: last_metrics(s, r) for s in seeds} for r in recipes})
+    summary = summarise_metrics({r: {s.seed: last_metrics(s, r) for s in seeds} for r in recipes})
+    summary["inbatch"] = {r: {s.seed: inbatch_numbers(s, r) for s in seeds} for r in finetunes}
+    return summary
 
 
 def summarise_metrics(per_seed: dict[str, dict[int, dict[str, float]]]) -> dict:
@@ -203,86 +278,225 @@ def summarise_metrics(per_seed: dict[str, dict[int, dict[str, float]]]) -> dict:
             rows[metric] = {"values": values, "mean": statistics.fmean(values) if values else None,
                             "std": statistics.stdev(values) if len(values) > 1 else 0.0,
                             "delta_mean": statistics.fmean(deltas) if deltas else None,
-                            "delta_std": statistics.stdev(deltas) if len(deltas) > 1 else 0.0}
+                            "delta_std": statistics.stdev(deltas) if len(deltas) > 1 else 0.0,
+                            "deltas": deltas}
         summary["recipes"][r] = rows
     return summary
+
+
+def train_scalars(seed: Seed, recipe: str) -> dict[str, list[tuple[int, float]]]:
+    """`train/<metric>` (step, value) series of a run's TensorBoard log ({} without one)."""
+    folder = seed.runs / recipe / "tensorboard"
+    if not folder.is_dir():
+        return {}
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)]
+            for tag in acc.Tags()["scalars"] if tag.startswith("train/")}
+
+
+def inbatch_numbers(seed: Seed, recipe: str) -> dict[str, dict[str, float]]:
+    """Per in-batch metric: `val_start` (the base model on the run's validation batches),
+    `val_end` (last epoch), `train_first` (the first logged training step) and `train_last`
+    (mean of the logged steps of the last epoch). A number a run has no case for is left out."""
+    start_file = seed.dir / "start" / f"{recipe}.json"
+    start = json.loads(start_file.read_text()) if start_file.is_file() else {}
+    end = last_metrics(seed, recipe)
+    train = train_scalars(seed, recipe)
+    lines = eval_lines(seed, recipe)
+    last_epoch_from = lines[-2]["step"] if len(lines) > 1 else 0
+    out = {}
+    for metric, _ in INBATCH:
+        row = {}
+        if f"val/{metric}" in start:
+            row["val_start"] = start[f"val/{metric}"]
+        if f"val/{metric}" in end:
+            row["val_end"] = end[f"val/{metric}"]
+        series = train.get(f"train/{metric}", [])
+        if series:
+            row["train_first"] = series[0][1]
+            tail = [v for step, v in series if step > last_epoch_from] or [series[-1][1]]
+            row["train_last"] = statistics.fmean(tail)
+        if row:
+            out[metric] = row
+    return out
 
 
 def markdown(summary: dict, command: str, minutes: float) -> str:
     seeds = summary["seeds"]
     spread = "mean ± sample std over seeds " if len(seeds) > 1 else "one seed "
     return "\n".join([f"# Offline demo results", "", f"Command: `{command}`; seeds {seeds}; "
-                      f"{minutes:.1f} min wall. Accuracies in %, last epoch, {spread}{seeds}.", "",
-                      tables(summary)])
+                      f"{minutes:.1f} min wall. Accuracies in %, last epoch, {spread}{seeds}. "
+                      f"Chance: " + ", ".join(f"{short} {100 * CHANCE[m]:.0f}" for m, short in METRICS
+                                               if CHANCE[m] != 0.5) + ", all others 50.", "",
+                      tables(summary), inbatch_table(summary)])
+
+
+def _cell(values: list[float], signed: bool = False) -> str:
+    if not values:
+        return "–"
+    mean = 100 * statistics.fmean(values)
+    text = f"{mean:+.1f}" if signed else f"{mean:.1f}"
+    return text + (f" ± {100 * statistics.stdev(values):.1f}" if len(values) > 1 else "")
 
 
 def tables(summary: dict) -> str:
-    """The accuracy table (mean ± std per recipe) and the difference-to-control table, markdown."""
+    """The accuracy table (mean ± std per recipe), the difference-to-control table and each
+    seed's difference to the control, markdown."""
     seeds = summary["seeds"]
-    lines = ["| recipe | " + " | ".join(short for _, short in METRICS) + " |",
-             "|---|" + "---|" * len(METRICS)]
+    header = ["| recipe | " + " | ".join(short for _, short in METRICS) + " |", "|---|" + "---|" * len(METRICS)]
+    lines = list(header)
     for r, rows in summary["recipes"].items():
-        cells = []
-        for metric, _ in METRICS:
-            row = rows[metric]
-            if row["mean"] is None:
-                cells.append("–")
-                continue
-            cells.append(f"{100 * row['mean']:.1f}" + (f" ± {100 * row['std']:.1f}" if len(seeds) > 1 else ""))
-        label = "base (no finetuning)" if r == "demo_pretrain" else LABELS[r]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines += ["", "Difference to the control, percentage points (mean ± std of the per-seed difference):", "",
-              "| recipe | " + " | ".join(short for _, short in METRICS) + " |", "|---|" + "---|" * len(METRICS)]
-    for r in [r for r in summary["recipes"] if r not in ("demo_pretrain", "demo_clip_ft")]:
-        rows = summary["recipes"][r]
-        cells = [f"{100 * rows[m]['delta_mean']:+.1f}" + (f" ± {100 * rows[m]['delta_std']:.1f}" if len(seeds) > 1 else "")
-                 if rows[m]["delta_mean"] is not None else "–" for m, _ in METRICS]
+        cells = [_cell(rows[m]["values"]) if rows[m]["mean"] is not None else "–" for m, _ in METRICS]
         lines.append(f"| {LABELS[r]} | " + " | ".join(cells) + " |")
+    lines += ["", "Difference to the control, percentage points (mean ± std of the per-seed difference):", ""]
+    lines += header
+    others = [r for r in summary["recipes"] if r not in ("demo_pretrain", "demo_clip_ft")]
+    for r in others:
+        rows = summary["recipes"][r]
+        cells = [_cell(rows[m]["deltas"], signed=True) if rows[m]["delta_mean"] is not None else "–"
+                 for m, _ in METRICS]
+        lines.append(f"| {LABELS[r]} | " + " | ".join(cells) + " |")
+    if len(seeds) > 1:
+        lines += ["", "Per-seed difference to the control, percentage points (seeds " +
+                  ", ".join(map(str, seeds)) + "):", ""] + header
+        for r in others:
+            rows = summary["recipes"][r]
+            cells = [" / ".join(f"{100 * d:+.1f}" for d in rows[m]["deltas"]) or "–" for m, _ in METRICS]
+            lines.append(f"| {LABELS[r]} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def plots(summary: dict, seeds: list[Seed], out: Path) -> None:
+def inbatch_table(summary: dict) -> str:
+    """In-batch numbers on training and validation batches, start -> last epoch (markdown)."""
+    inbatch = summary.get("inbatch") or {}
+    if not inbatch:
+        return ""
+    cols = [("val_start", "val, base"), ("val_end", "val, last epoch"),
+            ("train_first", "train, first logged step"), ("train_last", "train, last epoch")]
+    lines = ["", "In-batch numbers (trainer/loss.py `batch_metrics`), %: validation batches (5% of the "
+             "world's images held out) scored by the base model and after the last epoch; training "
+             "batches at the first logged step (step 10) and averaged over the last epoch's logged steps.", "",
+             "| recipe | metric | " + " | ".join(c for _, c in cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for r, by_seed in inbatch.items():
+        for metric, name in INBATCH:
+            cells = [_cell([v[metric][key] for v in by_seed.values() if key in v.get(metric, {})]) for key, _ in cols]
+            if any(c != "–" for c in cells):
+                lines.append(f"| {LABELS[r]} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plots(summary: dict, seeds: list[Seed], out: Path, close: bool = True) -> tuple:
+    """`comparison.png` (last epoch, one bar per recipe and metric, chance marked, error bars
+    only with several seeds) and `curves.png` (mean over seeds per epoch, epoch 0 = the base).
+    Returns the two figures (closed unless `close` is False)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
-    fig, ax = plt.subplots(figsize=(14, 4.5))
-    finetunes = [r for r in summary["recipes"] if r != "demo_pretrain"]
-    width = 0.8 / len(finetunes)
+    several = len(summary["seeds"]) > 1
+    fig, ax = plt.subplots(figsize=(15, 4.5))
+    recipes = list(summary["recipes"])
+    width = 0.8 / len(recipes)
     x = np.arange(len(METRICS))
-    for i, r in enumerate(finetunes):
+    for i, r in enumerate(recipes):
         rows = summary["recipes"][r]
         means = [100 * (rows[m]["mean"] or 0) for m, _ in METRICS]
-        stds = [100 * rows[m]["std"] for m, _ in METRICS]
-        ax.bar(x + i * width, means, width, yerr=stds, label=LABELS[r], capsize=2)
-    ax.set_xticks(x + width * (len(finetunes) - 1) / 2, [s for _, s in METRICS], rotation=30, ha="right")
+        stds = [100 * rows[m]["std"] for m, _ in METRICS] if several else None
+        ax.bar(x + i * width, means, width, yerr=stds, label=LABELS[r], capsize=2 if several else 0,
+               color="0.75" if r == "demo_pretrain" else f"C{i - 1}")  # one colour per recipe in both plots
+    for j, (m, _) in enumerate(METRICS):
+        ax.hlines(100 * CHANCE[m], j - width / 2, j + width * (len(recipes) - 0.5), colors="k",
+                  linestyles="dashed", linewidth=1, label="chance" if j == 0 else None)
+    ax.set_xticks(x + width * (len(recipes) - 1) / 2, [s for _, s in METRICS], rotation=30, ha="right")
     ax.set_ylabel("accuracy (%)")
-    ax.set_title(f"Offline demo, last epoch, seeds {summary['seeds']}")
-    ax.legend(fontsize=8)
+    spread = "mean ± sample std over seeds" if several else "seed"
+    ax.set_title(f"Offline demo, last epoch, {spread} {summary['seeds']}")
+    ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(out / "comparison.png", dpi=120)
-    plt.close(fig)
+    comparison = fig
+    if close:
+        plt.close(fig)
+
     curves = [("sugarcrepe/swap", "SugarCrepe swap"), ("sugarcrepe/replace_rel", "SugarCrepe replace-rel"),
-              ("bivlc/t2i", "BiVLC T2I"), ("bivlc/group", "BiVLC group")]
-    fig, axes = plt.subplots(1, len(curves), figsize=(16, 3.8))
+              ("bivlc/t2i", "BiVLC T2I"), ("bivlc/group", "BiVLC group"), ("left_right/acc", "left/right (ARO VG-Rel)"),
+              ("val/hard_negative_acc", "val hard-negative acc"), ("val/partner_acc", "val partner acc")]
+    fig, axes = plt.subplots(1, len(curves), figsize=(3.2 * len(curves), 3.8))
+    finetunes = [r for r in recipes if r != "demo_pretrain"]
+    n_epochs = 1
     for ax, (metric, title) in zip(axes, curves):
         for r in finetunes:
-            per_epoch = [[ln["metrics"][metric] for ln in eval_lines(s, r)] for s in seeds]
-            n = min(len(v) for v in per_epoch)
-            if n:
-                ax.plot(range(1, n + 1), [100 * statistics.fmean(v[e] for v in per_epoch) for e in range(n)],
-                        marker="o", label=LABELS[r])
-        ax.set_title(title)
-        ax.set_xlabel("epoch")
-        ax.xaxis.get_major_locator().set_params(integer=True)
-    axes[0].set_ylabel("accuracy (%), mean over seeds")
-    axes[0].legend(fontsize=7)
+            per_seed = []
+            for s in seeds:
+                if metric.startswith("val/"):
+                    start_file = s.dir / "start" / f"{r}.json"
+                    base = json.loads(start_file.read_text()).get(metric) if start_file.is_file() else None
+                else:
+                    base = last_metrics(s, "demo_pretrain").get(metric)
+                values = [ln["metrics"].get(metric) for ln in eval_lines(s, r)]
+                per_seed.append([base] + values)
+            n = min(len(v) for v in per_seed)
+            points = [(e, 100 * statistics.fmean(v[e] for v in per_seed)) for e in range(n)
+                      if all(v[e] is not None for v in per_seed)]
+            if points:
+                n_epochs = max(n_epochs, n - 1)
+                ax.plot(*zip(*points), marker="o", label=LABELS[r], color=f"C{recipes.index(r) - 1}")
+        if metric in CHANCE:
+            ax.axhline(100 * CHANCE[metric], color="k", linestyle="dashed", linewidth=1, label="chance")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("epoch (0 = base model)")
+        ax.set_xticks(range(0, n_epochs + 1))
+    for ax in axes:
+        ax.set_xlim(-0.3, n_epochs + 0.3)
+    axes[0].set_ylabel(f"accuracy (%), {'mean over seeds' if several else 'one seed'}")
+    axes[0].legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=120)
-    plt.close(fig)
+    if close:
+        plt.close(fig)
+    return comparison, fig
+
+
+def start_metrics_main(argv: list[str]) -> int:
+    """`launch/demo.py start-metrics DIR -- RECIPE [key=value ...] [-- RECIPE ...]`: for each recipe,
+    the `val/*` numbers of its model before any training step (its validation batches, no
+    benchmarks), written to DIR/<recipe name>.json."""
+    groups, current = [], None
+    for arg in argv[1:]:
+        if arg == "--":
+            current = []
+            groups.append(current)
+        elif current is not None:
+            current.append(arg)
+    if not argv or not groups or not all(groups):
+        print("usage: launch/demo.py start-metrics DIR -- RECIPE [key=value ...] [-- RECIPE ...]", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(ROOT))
+    from trainer.recipe import load_recipe
+    from trainer.train import Trainer, preflight
+    for group in groups:
+        recipe = load_recipe(group[0], group[1:])
+        if not recipe.data.val_fraction and not recipe.data.val_shards:
+            print(f"error: {group[0]}: no validation batches (set data.val_fraction or data.val_shards)",
+                  file=sys.stderr)
+            return 2
+        sources, val_sources, overlap = preflight(recipe)
+        metrics = Trainer(recipe, sources, val_sources, overlap).validate()
+        out = Path(argv[0]) / f"{recipe.name}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".tmp").write_text(json.dumps(metrics, indent=1))
+        os.replace(out.with_suffix(".tmp"), out)
+        print(f"{recipe.name}: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items())),
+              file=sys.stderr, flush=True)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["start-metrics"]:
+        return start_metrics_main(argv[1:])
     parser = argparse.ArgumentParser(prog="launch/demo.sh", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -291,7 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=0, help="override schedule.epochs")
     parser.add_argument("--bench-scale", type=float, default=1.0, help="benchmark sizes (world build)")
     parser.add_argument("--recipes", nargs="+", choices=FINETUNES, default=list(FINETUNES),
-                        help="finetunes to run (default all four; the control is always run)")
+                        help="finetunes to run (default all five; the control is always run)")
+    parser.add_argument("--progress-every", type=float, default=30.0,
+                        help="seconds between progress lines of a running step on stderr (default 30)")
     args = parser.parse_args(argv)
     args.recipes = [r for r in FINETUNES if r in args.recipes or r == "demo_clip_ft"]
     out = (ROOT / args.out) if not Path(args.out).is_absolute() else Path(args.out)
@@ -299,13 +515,17 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     seeds = [Seed(out, s, args) for s in args.seeds]
     for seed in seeds:
+        t_seed = time.time()
         seed.build_world()
         seed.pretrain()
         seed.negclip_data()
+        seed.start_metrics()
         run_parallel([(seed, r, cmd) for r, cmd in seed.finetunes()], args.slots)
+        log(f"seed {seed.seed}: done in {(time.time() - t_seed) / 60:.1f} min "
+            f"(load average {os.getloadavg()[0]:.2f})")
     summary = summarise(seeds, tuple(args.recipes))
     minutes = (time.time() - t0) / 60
-    command = "bash launch/demo.sh " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "bash launch/demo.sh " + " ".join(argv)
     (out / "results.json").write_text(json.dumps(summary, indent=1))
     text = markdown(summary, command.strip(), minutes)
     (out / "results.md").write_text(text)

@@ -74,3 +74,107 @@ def test_a_subset_of_finetunes_runs_and_is_summarised_alone(demo, tmp_path):
     assert list(summary["recipes"]) == ["demo_pretrain", "demo_clip_ft", "demo_trohn_text"]
     text = demo.markdown(summary, "bash launch/demo.sh --recipes demo_trohn_text", 1.0)
     assert "| TROHN-Text-style | " in text and "+5.0" in text and "NegCLIP" not in text
+
+
+def test_the_default_demo_runs_the_left_right_finetune_on_both_shard_sets(demo, tmp_path):
+    from trainer.recipe import load_recipe
+    seed = demo.Seed(tmp_path, 1, _args(recipes=list(demo.FINETUNES)))
+    assert "demo_leftright" in demo.FINETUNES
+    assert "demo_leftright" in [r for r, _ in seed.finetunes()]
+    cmd = seed.train_cmd("demo_leftright")
+    world = tmp_path / "seed-1" / "world"
+    assert f"data.train_shards=[{world / 'train'},{world / 'train_mirrored'}]" in cmd
+    recipe = load_recipe(str(ROOT / "recipes" / "demo_leftright.yaml"), [])
+    control = load_recipe(str(ROOT / "recipes" / "demo_clip_ft.yaml"), [])
+    d = recipe.data
+    assert d.partner == "mirrored" and len(d.source_batch) == 2 and sum(d.source_batch) == d.batch_size
+    assert d.source_batch[1] > 0 and recipe.negatives.per_image == 0
+    # the same base, budget and optimiser as the control; scored on the left/right items
+    assert (d.samples_per_epoch, d.batch_size) == (control.data.samples_per_epoch, control.data.batch_size)
+    assert recipe.optim == control.optim and recipe.schedule == control.schedule
+    for r in demo.FINETUNES:
+        rec = load_recipe(str(ROOT / "recipes" / f"{r}.yaml"), [])
+        assert "left_right" in rec.eval.benchmarks and rec.data.val_fraction > 0
+
+
+def test_progress_lines_come_from_the_newest_bar_in_a_step_log(demo, tmp_path):
+    log = tmp_path / "step.log"
+    log.write_text("$ python trainer/train.py\nwarning: something\n"
+                   "epoch 0:  10%|#         | 32/320 [00:10<01:30,  3.20step/s, loss=4.1]\r"
+                   "epoch 0:  20%|##        | 64/320 [00:20<01:20,  3.20step/s, loss=3.9]\r")
+    line = demo.last_progress(log)
+    assert "64/320" in line and "01:20" in line
+    assert demo.last_progress(tmp_path / "missing.log") == ""
+    (tmp_path / "quiet.log").write_text("$ python -m datagen knn\n")
+    assert demo.last_progress(tmp_path / "quiet.log") == ""
+
+
+def _write_run(seed, recipe: str, epochs: list[dict]) -> None:
+    run = seed.runs / recipe
+    run.mkdir(parents=True, exist_ok=True)
+    with open(run / "eval.jsonl", "w") as handle:
+        for epoch, metrics in enumerate(epochs, 1):
+            handle.write(json.dumps({"step": 10 * epoch, "epoch": epoch, "metrics": metrics}) + "\n")
+
+
+def test_in_batch_numbers_from_the_start_file_eval_log_and_tensorboard(demo, tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+    seed = demo.Seed(tmp_path, 0, _args())
+    (seed.dir / "start").mkdir(parents=True)
+    (seed.dir / "start" / "demo_trohn_text.json").write_text(json.dumps({"val/hard_negative_acc": 0.55}))
+    _write_run(seed, "demo_trohn_text", [{"val/hard_negative_acc": 0.6}, {"val/hard_negative_acc": 0.7}])
+    writer = SummaryWriter(str(seed.runs / "demo_trohn_text" / "tensorboard"))
+    for step, value in ((5, 0.5), (10, 0.6), (15, 0.8), (20, 0.9)):
+        writer.add_scalar("train/hard_negative_acc", value, step)
+    writer.close()
+    row = demo.inbatch_numbers(seed, "demo_trohn_text")["hard_negative_acc"]
+    assert row["val_start"] == 0.55 and row["val_end"] == 0.7
+    assert row["train_first"] == pytest.approx(0.5)
+    assert row["train_last"] == pytest.approx(0.85)  # steps after the previous epoch's eval (step 10)
+    assert "partner_acc" not in demo.inbatch_numbers(seed, "demo_trohn_text")
+
+
+def test_plots_integer_epochs_base_at_epoch_zero_chance_and_no_empty_error_bars(demo, tmp_path):
+    seeds = [demo.Seed(tmp_path, 0, _args())]
+    _write_run(seeds[0], "demo_pretrain", [{"bivlc/t2i": 0.3}])
+    for recipe in ("demo_clip_ft", "demo_trohn_img"):
+        _write_run(seeds[0], recipe, [{"bivlc/t2i": 0.4} | ({"val/partner_acc": 0.7} if recipe == "demo_trohn_img" else {})])
+    summary = demo.summarise(seeds, ("demo_clip_ft", "demo_trohn_img"))
+    comparison, curves = demo.plots(summary, seeds, tmp_path, close=False)
+    bars = comparison.axes[0]
+    assert not any(c.errorbar for c in bars.containers if hasattr(c, "errorbar") and c.errorbar)
+    assert len(bars.collections) == len(demo.METRICS)  # a dashed chance mark per metric
+    t2i = curves.axes[2]
+    assert [float(t) for t in t2i.get_xticks()] == [0.0, 1.0]
+    first = t2i.get_lines()[0]
+    assert list(first.get_xdata()) == [0, 1] and list(first.get_ydata()) == pytest.approx([30.0, 40.0])
+    assert any(list(line.get_ydata()) == [25.0, 25.0] for line in t2i.get_lines())  # chance, BiVLC T2I
+    partner = curves.axes[-1].get_lines()[0]  # only TROHN-Img-style has partners: same colour as elsewhere
+    assert partner.get_label() == "TROHN-Img-style" and partner.get_color() == t2i.get_lines()[1].get_color()
+
+
+def test_several_seeds_show_each_seeds_difference_to_the_control(demo, tmp_path):
+    seeds = [demo.Seed(tmp_path, s, _args()) for s in (0, 1, 2)]
+    for seed, (control, lr) in zip(seeds, [(0.50, 0.60), (0.52, 0.50), (0.48, 0.58)]):
+        for recipe in ("demo_pretrain", "demo_clip_ft", "demo_leftright"):
+            _write_run(seed, recipe, [{"left_right/acc": lr if recipe == "demo_leftright" else control}])
+    text = demo.markdown(demo.summarise(seeds, ("demo_clip_ft", "demo_leftright")), "x", 1.0)
+    assert "Per-seed difference" in text and "+10.0 / -2.0 / +10.0" in text
+
+
+def test_start_metrics_needs_a_recipe_after_the_separator(demo, tmp_path, capsys):
+    assert demo.main(["start-metrics", str(tmp_path)]) == 2
+    assert demo.main(["start-metrics", str(tmp_path), "--"]) == 2
+    assert "usage: launch/demo.py start-metrics DIR -- RECIPE" in capsys.readouterr().err
+    recipe = ROOT / "recipes" / "demo_clip_ft.yaml"
+    assert demo.main(["start-metrics", str(tmp_path), "--", str(recipe), "data.val_fraction=0"]) == 2
+    assert "no validation batches" in capsys.readouterr().err
+
+
+def test_probes_name_a_world_without_shards(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("demo_probes", ROOT / "launch" / "demo_probes.py")
+    probes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probes)
+    (tmp_path / "train").mkdir()
+    with pytest.raises(SystemExit, match="holds no .tar shards"):
+        probes.main(["negatives", str(tmp_path), "missing.pt"])
