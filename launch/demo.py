@@ -4,13 +4,13 @@
     bash launch/demo.sh --seeds 0 1 2            # several seeds: means and spread (docs/demo.md)
 
 For each seed, everything under `<out>/seed-<s>/`:
-1. `world/`: the synthetic world (`python -m datagen.world build --negatives --partners all`):
+1. `world/`: the synthetic world (`python -m datagen world build --negatives --partners all`):
    training shards with scene-edit negatives (swap / replace / add on objects, attributes,
    relations), a copy with generated partner images, a set of left/right scenes with their
    mirrored partners (`train_mirrored`), and every benchmark set.
 2. `pretrained.pt`: `recipes/demo_pretrain.yaml`, plain CLIP training from random weights, the
    stand-in for the pretrained CLIP weights the papers start from.
-3. `world/train_negclip/`: NegCLIP's data, spaCy swap negatives (`python -m datagen.negatives
+3. `world/train_negclip/`: NegCLIP's data, spaCy swap negatives (`python -m datagen negatives
    generate --kinds swap`) and the K=3 nearest-neighbour images under the base model
    (`python -m datagen knn`).
 4. `start/<recipe>.json`: the base model's in-batch numbers (`val/*`: loss, i2t / t2i,
@@ -148,7 +148,7 @@ class Seed:
         if (self.world / "world.json").is_file():
             return
         log(f"seed {self.seed}: building the synthetic world")
-        self.run("world", [sys.executable, "-m", "datagen.world", "build", "--out", str(self.world),
+        self.run("world", [sys.executable, "-m", "datagen", "world", "build", "--out", str(self.world),
                            "--seed", str(self.seed), "--negatives", "--partners", "all",
                            "--bench-scale", str(self.args.bench_scale)])
 
@@ -168,8 +168,8 @@ class Seed:
         if (out / "manifest.json").is_file() and json.loads((out / "manifest.json").read_text()).get("complete"):
             return
         log(f"seed {self.seed}: NegCLIP data: spaCy swap negatives, then K=3 neighbours under the base model")
-        self.run("negatives_swap", [sys.executable, "-m", "datagen.negatives", "generate",
-                                    str(self.world / "train"), str(swap), "--kinds", "swap",
+        self.run("negatives_swap", [sys.executable, "-m", "datagen", "negatives", "generate",
+                                    "--src", str(self.world / "train"), "--out", str(swap), "--kinds", "swap",
                                     "--seed", str(self.seed)])
         self.run("knn", [sys.executable, "-m", "datagen", "knn", "--src", str(swap), "--out", str(out),
                          "--k", "3", "--arch", "demo-vit-64", "--pretrained", str(self.base),
