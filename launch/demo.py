@@ -71,6 +71,9 @@ CHANCE = {m: 0.5 for m, _ in METRICS} | {"aro/coco_order/mean": 0.2, "visla/gene
 INBATCH = [("hard_negative_acc", "hard-negative acc"), ("partner_acc", "partner acc"),
            ("i2t_acc", "in-batch I2T"), ("t2i_acc", "in-batch T2I")]
 
+# the base model's validation numbers of a finetune recipe: no benchmarks (so no selection), no logs
+START_OVERRIDES = ("eval.benchmarks=[]", "checkpoint.best_metric=null", "logging.tensorboard=false",
+                   "logging.progress=false", "checkpoint.resume=null")
 
 def log(msg: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -183,8 +186,7 @@ class Seed:
         log(f"seed {self.seed}: the base model's in-batch numbers on the finetunes' validation batches")
         cmd = [sys.executable, "launch/demo.py", "start-metrics", str(self.dir / "start")]
         for recipe in todo:
-            cmd += ["--", *self.train_cmd(recipe)[2:], "eval.benchmarks=[]", "logging.tensorboard=false",
-                    "logging.progress=false", f"logging.output_dir={self.dir / 'start'}", "checkpoint.resume=null"]
+            cmd += ["--", *self.train_cmd(recipe)[2:], *START_OVERRIDES, f"logging.output_dir={self.dir / 'start'}"]
         self.run("start_metrics", cmd)
 
     def finetunes(self) -> list[tuple[str, list[str]]]:

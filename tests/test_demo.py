@@ -178,3 +178,13 @@ def test_probes_name_a_world_without_shards(tmp_path, capsys):
     (tmp_path / "train").mkdir()
     with pytest.raises(SystemExit, match="holds no .tar shards"):
         probes.main(["negatives", str(tmp_path), "missing.pt"])
+
+
+def test_start_metrics_overrides_pass_the_recipe_checks(demo):
+    """The base model's start numbers load each finetune recipe without benchmarks: its
+    `checkpoint.best_metric` (a benchmark metric) must go too, or the pre-flight refuses it."""
+    from trainer.recipe import check_best_metric, load_recipe
+    for name in demo.FINETUNES:
+        recipe = load_recipe(str(ROOT / "recipes" / f"{name}.yaml"), list(demo.START_OVERRIDES))
+        assert not recipe.eval.benchmarks
+        check_best_metric(recipe)
