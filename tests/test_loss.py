@@ -197,6 +197,7 @@ def _rank_worker(rank, out_dir):
             g /= 2
         results[shape] = (loss.detach(), grads)
     torch.save(results, f"{out_dir}/rank{rank}.pt")
+    dist.barrier()  # neither rank tears gloo down while the other still uses it (a SIGABRT otherwise)
     dist.destroy_process_group()
 
 

@@ -16,27 +16,12 @@ from pathlib import Path
 import pytest
 
 from trainer import loop
+from tests.test_trainer import RECIPE as BASE_RECIPE, shards  # noqa: F401 (a fixture)
 from trainer.fixtures import train_in_process as run, write_fixture_shards
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPE = """
-name: tiny
-seed: 3
-model: {{arch: micro-vit-32}}
-data: {{train_shards: ["{shards}"], samples_per_epoch: 32, batch_size: 8, workers: 0, shuffle_buffer: 16,
-        partner: generated}}
-negatives: {{per_image: 2}}
-optim: {{lr: 1.0e-3, grad_clip: 1.0}}
-schedule: {{epochs: 2, warmup_steps: 1}}
-logging: {{output_dir: "{out}", every_n_steps: 1, progress: false}}
-checkpoint: {{keep_last: 2}}
-"""
+RECIPE = BASE_RECIPE.replace("keep_last: 1", "keep_last: 2")
 PAPER_RECIPES = ["clip_ft", "negclip", "trohn_text", "trohn_img", "leftright"]
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    return write_fixture_shards(tmp_path_factory.mktemp("rel") / "set", n=48, partner="generated")
 
 
 @pytest.fixture
