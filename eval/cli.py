@@ -26,6 +26,7 @@ written, and the command exits with status 3 naming it.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import json
 import logging
 import sys
@@ -139,6 +140,11 @@ def cmd_download(args) -> int:
         benchmarks += args.names
     if not benchmarks:
         raise InputError("download: give --benchmarks (comma-separated; python -m eval list shows them)")
+    try:  # a data root that cannot be made is bad input, not a failed download
+        Path(args.data_root).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"--data-root {args.data_root}: cannot create it ({err.strerror}); "
+                         "give a folder you can write") from None
     dl.download(benchmarks, args.data_root, images=args.images, force=args.force)
     return 0
 

@@ -499,17 +499,18 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["start-metrics"]:
         return start_metrics_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="launch/demo.sh", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--slots", type=int, default=2, help="finetunes run at a time (default 2)")
+    from compclip.cli import make_parser
+    parser = make_parser("launch/demo.sh", __doc__.splitlines()[0])
+    parser.add_argument("--out", default="runs/demo", help="output folder")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds, space-separated")
+    parser.add_argument("--slots", type=int, default=2, help="finetunes run at a time")
     parser.add_argument("--samples", type=int, default=0, help="override data.samples_per_epoch")
     parser.add_argument("--epochs", type=int, default=0, help="override schedule.epochs")
     parser.add_argument("--bench-scale", type=float, default=1.0, help="benchmark sizes (world build)")
     parser.add_argument("--recipes", nargs="+", choices=FINETUNES, default=list(FINETUNES),
-                        help="finetunes to run (default all five; the control is always run)")
+                        help="finetunes to run (the control is always run)")
     parser.add_argument("--progress-every", type=float, default=30.0,
-                        help="seconds between progress lines of a running step on stderr (default 30)")
+                        help="seconds between progress lines of a running step on stderr")
     args = parser.parse_args(argv)
     args.recipes = [r for r in FINETUNES if r in args.recipes or r == "demo_clip_ft"]
     out = (ROOT / args.out) if not Path(args.out).is_absolute() else Path(args.out)
