@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_ARCH = "demo-vit-64"  # what recipes/demo_*.yaml name
 FINETUNES = ("demo_clip_ft", "demo_negclip", "demo_trohn_text", "demo_trohn_img", "demo_leftright")
 LABELS = {"demo_pretrain": "base (no finetuning)", "demo_clip_ft": "control (CLIP-FT)",
           "demo_negclip": "NegCLIP-style", "demo_trohn_text": "TROHN-Text-style",
@@ -137,6 +138,8 @@ class Seed:
                f"eval.data_root={self.world / 'benchmarks'}"]
         if recipe != "demo_pretrain":
             cmd.append(f"model.pretrained={self.base}")
+        if a.arch != DEFAULT_ARCH:
+            cmd.append(f"model.arch={a.arch}")
         if a.samples:
             cmd.append(f"data.samples_per_epoch={a.samples}")
         if a.epochs:
@@ -153,7 +156,7 @@ class Seed:
         log(f"seed {self.seed}: building the synthetic world")
         self.run("world", [sys.executable, "-m", "datagen", "world", "build", "--out", str(self.world),
                            "--seed", str(self.seed), "--negatives", "--partners", "all",
-                           "--bench-scale", str(self.args.bench_scale)])
+                           "--bench-scale", str(self.args.bench_scale), "--size", str(self.args.size)])
 
     def pretrain(self) -> None:
         if self.base.is_file():
@@ -168,6 +171,8 @@ class Seed:
 
     def negclip_data(self) -> None:
         swap, out = self.world / "train_swap", self.world / "train_negclip"
+        if "demo_negclip" not in self.args.recipes:
+            return
         if (out / "manifest.json").is_file() and json.loads((out / "manifest.json").read_text()).get("complete"):
             return
         log(f"seed {self.seed}: NegCLIP data: spaCy swap negatives, then K=3 neighbours under the base model")
@@ -175,7 +180,7 @@ class Seed:
                                     "--src", str(self.world / "train"), "--out", str(swap), "--kinds", "swap",
                                     "--seed", str(self.seed)])
         self.run("knn", [sys.executable, "-m", "datagen", "knn", "--src", str(swap), "--out", str(out),
-                         "--k", "3", "--arch", "demo-vit-64", "--pretrained", str(self.base),
+                         "--k", "3", "--arch", self.args.arch, "--pretrained", str(self.base),
                          "--method", "exact"])
 
     def start_metrics(self) -> None:
@@ -507,6 +512,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=0, help="override data.samples_per_epoch")
     parser.add_argument("--epochs", type=int, default=0, help="override schedule.epochs")
     parser.add_argument("--bench-scale", type=float, default=1.0, help="benchmark sizes (world build)")
+    parser.add_argument("--arch", default=DEFAULT_ARCH,
+                        help="model architecture of every step (models/configs/; demo-vit-96-wide: the "
+                             "larger-architecture run of docs/demo.md, with --size 96)")
+    parser.add_argument("--size", type=int, default=64,
+                        help="image side of the world in pixels (the architecture's image size)")
     parser.add_argument("--recipes", nargs="+", choices=FINETUNES, default=list(FINETUNES),
                         help="finetunes to run (the control is always run)")
     parser.add_argument("--progress-every", type=float, default=30.0,

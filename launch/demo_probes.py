@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python launch/demo_probes.py", description=__doc__.splitlines()[0])
     parser.add_argument("probe", choices=["pairs", "negatives"])
     parser.add_argument("world", help="a seed's world folder (runs/demo/seed-<s>/world)")
-    parser.add_argument("checkpoints", nargs="+", help="checkpoint files (.pt) of demo-vit-64")
+    parser.add_argument("checkpoints", nargs="+", help="checkpoint files (.pt) of the demo (any architecture: read from the checkpoint)")
     parser.add_argument("--n", type=int, default=256, help="samples read (default 256)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return Image.open(io.BytesIO(data)).convert("RGB")
 
     for ckpt in args.checkpoints:
-        loaded = load_model("demo-vit-64", ckpt)
+        loaded = load_model(pretrained=ckpt)  # the architecture from its sidecar
         model, pre, tok = loaded.model.eval(), loaded.preprocess, loaded.tokenizer
         norm = torch.nn.functional.normalize
 

@@ -21,7 +21,7 @@ def demo():
 
 
 def _args(**kw):
-    base = dict(samples=0, epochs=0, bench_scale=1.0,
+    base = dict(samples=0, epochs=0, bench_scale=1.0, arch="demo-vit-64", size=64,
                 recipes=["demo_clip_ft", "demo_negclip", "demo_trohn_text", "demo_trohn_img"])
     base.update(kw)
     return argparse.Namespace(**base)
@@ -45,6 +45,31 @@ def test_train_commands_point_at_the_seed_folders(demo, tmp_path):
     assert not any(c.startswith("model.pretrained=") for c in seed.train_cmd("demo_pretrain"))
     for recipe in demo.FINETUNES + ("demo_pretrain",):
         assert (ROOT / "recipes" / f"{recipe}.yaml").is_file()
+
+
+def test_another_architecture_reaches_every_step(demo, tmp_path):
+    """`--arch demo-vit-96-wide --size 96` (docs/demo.md's larger-architecture run): the world is
+    rendered at 96 px, every training step and the neighbour search use that model, and the
+    NegCLIP data is not built when NegCLIP-style is not among the finetunes."""
+    seed = demo.Seed(tmp_path, 0, _args(arch="demo-vit-96-wide", size=96,
+                                        recipes=["demo_clip_ft", "demo_trohn_text"]))
+    ran = []
+    seed.run = lambda name, cmd, threads=2: ran.append((name, cmd))
+    seed.build_world()
+    seed.negclip_data()
+    world = ran[0][1]
+    assert world[world.index("--size") + 1] == "96"
+    assert [name for name, _ in ran] == ["world"]  # no swap negatives, no kNN
+    for recipe in ("demo_pretrain", "demo_clip_ft", "demo_trohn_text"):
+        assert "model.arch=demo-vit-96-wide" in seed.train_cmd(recipe)
+    seed.args.recipes.append("demo_negclip")
+    seed.negclip_data()
+    knn = ran[-1][1]
+    assert ran[-1][0] == "knn" and knn[knn.index("--arch") + 1] == "demo-vit-96-wide"
+    default = demo.Seed(tmp_path, 1, _args())
+    assert not any(c.startswith("model.arch=") for c in default.train_cmd("demo_clip_ft"))
+    from models.registry import TINY_ARCHS
+    assert "demo-vit-96-wide" in TINY_ARCHS
 
 
 def test_summary_uses_the_last_epoch_and_differences_to_the_control(demo, tmp_path):
