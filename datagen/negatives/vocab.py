@@ -138,6 +138,7 @@ class Vocabulary:
         self._positions: dict[str, dict[str, int]] = {}
         self._kept_cache: dict[tuple, tuple[list[str], list[int]]] = {}  # see `_kept`
         self._with_sets: dict[str, frozenset[str]] = {}  # see `_with_words`
+        self._unions: dict[tuple[str, ...], frozenset[str]] = {}  # object lemmas -> `company`
         self._company: tuple = (None, {})  # the last View asked about, its sets by skipped chunk
 
     @classmethod
@@ -186,10 +187,15 @@ class Vocabulary:
         known = self._company[1]
         if skip in known:
             return known[skip]
-        known[skip] = frozenset().union(*[self._with_words(crude_lemma(v.lower[c.head]))
-                                          for k, c in enumerate(v.chunks)
-                                          if k != skip and v.tags[c.head] in ("NN", "NNS")])
-        return known[skip]
+        lemmas = tuple(crude_lemma(v.lower[c.head]) for k, c in enumerate(v.chunks)
+                       if k != skip and v.tags[c.head] in ("NN", "NNS"))
+        found = self._unions.get(lemmas)  # the same objects come together in many captions
+        if found is None:
+            if len(self._unions) >= 1 << 14:
+                self._unions.clear()
+            found = self._unions[lemmas] = frozenset().union(*map(self._with_words, lemmas))
+        known[skip] = found
+        return found
 
     def _with_words(self, lemma: str) -> frozenset[str]:
         """The words of bucket `with/<lemma>` (remembered: `company` unions them per caption)."""
@@ -242,7 +248,7 @@ class Vocabulary:
         found = self._kept_cache.get(cache_key) if cache_key else None
         if found is None:
             index, entries = self._index(bucket), self.buckets[bucket]
-            entries = [entries[i] for i in sorted(index[w] for w in keep if w in index)]
+            entries = [entries[i] for i in sorted(map(index.__getitem__, index.keys() & keep))]
             found = [w for w, _ in entries], list(accumulate(n for _, n in entries))
             if cache_key:
                 if len(self._kept_cache) >= 1 << 14:
