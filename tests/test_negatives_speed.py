@@ -126,8 +126,11 @@ def test_close_reads_back_only_shards_of_an_earlier_run(tmp_path, monkeypatch):
 def test_run_generate_collects_garbage_less_often_and_restores(tmp_path, monkeypatch):
     from datagen.negatives import pipeline
     seen = []
-    monkeypatch.setattr(pipeline, "build_vocabulary",
-                        lambda *a, **k: seen.append(gc.get_threshold()) or (_ for _ in ()).throw(KeyError("stop")))
+
+    def stop(*args, **kwargs):  # the first step of the run: note the thresholds, stop there
+        seen.append(gc.get_threshold())
+        raise KeyError("stop")
+    monkeypatch.setattr(pipeline, "build_vocabulary", stop)
     before = gc.get_threshold()
     src = tmp_path / "c.csv"
     src.write_text("filepath,caption\na.jpg,A man riding a horse.\n")
