@@ -16,7 +16,7 @@ import random
 from typing import Optional
 
 from datagen.negatives.base import register_negative
-from datagen.negatives.swap import pick
+from datagen.negatives.swap import pick, remembered
 from datagen.negatives.text import View, match_case, render, replace_at, view
 from datagen.negatives import lexicon
 from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, PREP_STOP, Vocabulary,
@@ -28,6 +28,7 @@ FIXED_AFTER_PREP = lexicon.words("fixed_after_prep")
 FIXED_BEFORE_PREP = lexicon.words("fixed_before_prep")  # "next to", "close to", "out of"
 
 _FALLBACK: Optional[Vocabulary] = None
+_MATES = {group: frozenset(words.split()) for group, words in ATTRIBUTE_GROUPS.items()}
 
 
 def vocab_or_builtin(vocab: Optional[Vocabulary]) -> Vocabulary:
@@ -54,12 +55,17 @@ def _replace(v: View, i: int, word: Optional[str]) -> Optional[str]:
 @register_negative("replace", "obj")
 def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v, voc = view(doc), vocab_or_builtin(vocab)
-    chunks = [c for c in v.chunks if v.tags[c.head] in ("NN", "NNS") and _plain(v, c.head)
+    chunks = [k for k, c in enumerate(v.chunks) if v.tags[c.head] in ("NN", "NNS") and _plain(v, c.head)
               and c.noun_start == c.head and not is_part_noun(v, c) and not _compound_next(v, c)]
 
-    def build(c):
-        buckets = [f"noun/{v.tags[c.head]}/{role}" for role in noun_roles(v, c)]
-        company = voc.company(v, skip=v.chunks.index(c)) if hasattr(voc, "company") else set()
+    @remembered  # each chunk is drawn up to `limit` times
+    def buckets_of(k):
+        c = v.chunks[k]
+        return [f"noun/{v.tags[c.head]}/{role}" for role in noun_roles(v, c)]
+
+    def build(k):
+        c, buckets = v.chunks[k], buckets_of(k)
+        company = voc.company(v, skip=k) if hasattr(voc, "company") else set()
         new = None
         if company:  # a noun seen with the caption's other objects, in the same role
             new = voc.sample(rng, buckets, v.lower[c.head], avoid=v.lemmas, keep=company)
@@ -96,7 +102,7 @@ def replace_att(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
         if group is None:
             new = voc.sample(rng, buckets, word, avoid=v.lemmas)
         else:
-            mates = set(ATTRIBUTE_GROUPS[group].split())
+            mates = _MATES[group]
             new = voc.sample(rng, buckets, word, avoid=v.lemmas, keep=mates)
             if new is None:  # the corpus lacks group mates: use the group list itself
                 new = Vocabulary({"g": [(w, 1) for w in sorted(mates)]}).sample(
