@@ -33,20 +33,51 @@ def _order(adj: str) -> int:
     return _ORDER.get(ATTRIBUTE_OF.get(adj, ""), 0)
 
 
+# Where and how an object is added (`add_obj`): after a chunk, before it, with "with", or as a
+# place at the end of the caption (SugarCrepe's LLM-written additions vary the same way).
+TEMPLATES = ("and", "before", "with", "next to", "near")
+
+
+def _end(v) -> int:
+    """The token after the caption's last word (before closing punctuation)."""
+    end = len(v)
+    while end > 0 and v.pos[end - 1] == "PUNCT":
+        end -= 1
+    return end
+
+
 @register_negative("add", "obj")
 def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v, voc = view(doc), vocab_or_builtin(vocab)
     chunks = [c for c in v.chunks if v.lower[c.head].isalpha() and v.tags[c.head] in ("NN", "NNS")
               and not is_part_noun(v, c)
               and (c.end == len(v) or v.tags[c.end] not in ("CC", ",", "HYPH", "POS"))]
+    end = _end(v)
+    cands = [(c, t) for c in chunks for t in TEMPLATES[:3]
+             if t != "before" or c.start == 0 or v.tags[c.start - 1] not in ("CC", ",", "DT", "POS")]
+    if chunks and end > 0 and v.chunk_at[end - 1] >= 0:  # ends on an object: add a neighbour
+        cands += [(v.chunks[v.chunk_at[end - 1]], t) for t in TEMPLATES[3:]]
 
-    def build(c):
+    def build(ct):
+        c, template = ct
         roles = noun_roles(v, c)
+        if template in TEMPLATES[3:]:  # a thing beside the scene's objects
+            company = voc.company(v) if hasattr(voc, "company") else set()
+            new = voc.sample(rng, ["noun/NN/" + template.split()[0], "noun/NN/*"], v.lower[c.head],
+                             avoid=v.lemmas, keep=company or None)
+            if new is None:
+                return None
+            return render(insert_at(v, end, [*template.split(), article_for(new), new]), v.cap)
         buckets = [f"with/{crude_lemma(v.lower[c.head])}"] + [f"noun/NN/{role}" for role in roles]
         new = voc.sample(rng, buckets, v.lower[c.head], avoid=v.lemmas)
         if new is None:
             return None
-        pieces = insert_at(v, c.end, ["and", article_for(new), new])
+        if template == "with":
+            return render(insert_at(v, c.end, ["with", article_for(new), new]), v.cap)
+        if template == "before":
+            pieces = insert_at(v, c.start, [article_for(new), new, "and"])
+        else:
+            pieces = insert_at(v, c.end, ["and", article_for(new), new])
         if c.end < len(v) and "_subj" in roles:
             aux = c.end + (v.lower[c.end] in _RELATIVE and c.end + 1 < len(v))
             if v.lower[aux] in _PLURAL_AUX:
@@ -54,7 +85,7 @@ def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
             elif any(t == "VBZ" or w in _PLURAL_AUX for t, w in zip(v.tags[c.end:], v.lower[c.end:])):
                 return None  # "a horse with a mane is ...": the verb is too far to agree
         return render(pieces, v.cap)
-    return pick(v, rng, chunks * limit, build, "add", "obj", limit)
+    return pick(v, rng, cands, build, "add", "obj", limit)
 
 
 @register_negative("add", "att")

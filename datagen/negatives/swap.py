@@ -27,7 +27,8 @@ from typing import Callable, Iterable, Optional
 from datagen.negatives.base import normalise, register_negative
 from datagen.negatives.text import View, render, swap_spans, view
 from datagen.negatives import lexicon
-from datagen.negatives.vocab import ADJ_STOP, POSITION_NOUNS, crude_lemma, is_part_noun
+from datagen.negatives.guards import swap_allowed
+from datagen.negatives.vocab import ADJ_STOP, ATTRIBUTE_OF, POSITION_NOUNS, crude_lemma, is_part_noun
 from datagen.schema import Negative
 
 Span = tuple[int, int]
@@ -69,16 +70,27 @@ def same_category(v: View, a: Span, b: Span) -> bool:
 
 
 def _swap_pairs(v: View, spans: Iterable[Span], rng: random.Random, subkind: str, limit: int,
-                kind: str = "swap", apart: bool = False, prefer_same: bool = False) -> list[Negative]:
+                kind: str = "swap", apart: bool = False, prefer_same: bool = False,
+                guard: Optional[Callable[[Span, Span, bool], bool]] = None) -> list[Negative]:
     """Every pair of `spans` with different words; with `apart`, only single tokens of two
     different noun chunks (or outside chunks), so "black and brown dog" or "pickup truck" is
-    never turned around inside one phrase."""
+    never turned around inside one phrase. With `guard` (`guard(a, b, strict)`), only pairs
+    it allows, and only the strictly allowed ones when there are any."""
     spans = list(spans)
     texts = [" ".join(v.lower[s:e]) for s, e in spans]
     pairs = [(a, b) for (i, a), (j, b) in combinations(enumerate(spans), 2) if texts[i] != texts[j]
              and not (apart and v.chunk_at[a[0]] >= 0 and v.chunk_at[a[0]] == v.chunk_at[b[0]])
-             and not same_list(v, a, b)]
-    return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), kind, subkind, limit)
+             and not same_list(v, a, b) and (guard is None or guard(a, b, False))]
+    if guard is not None:  # pairs the strict guard allows, if there are any, else the others
+        pairs = [ab for ab in pairs if guard(*ab, True)] or pairs
+    return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), kind, subkind, limit,
+                first=(lambda ab: same_category(v, *ab)) if prefer_same else None)
+
+
+def _chunk_guard(v: View) -> Callable[[Span, Span, bool], bool]:
+    """`guards.swap_allowed` for two spans that are chunks or chunk heads."""
+    return lambda a, b, strict: swap_allowed(v, v.chunks[v.chunk_at[a[0]]],
+                                             v.chunks[v.chunk_at[b[0]]], strict)
 
 
 def whole_words(v: View, start: int, end: int) -> bool:
@@ -117,12 +129,25 @@ def _object_noun(v: View, i: int) -> bool:
             and nxt not in ("of", "'s", "'"))
 
 
+def _nouns(v: View, tag: str) -> list[Span]:
+    """The whole noun of each chunk whose head has `tag` (NN / NNS): the head with its
+    compound ("cell phone", "fence post"), so a swap never cuts a compound ("cell wall");
+    also when the tagger split one ("teddy" NN + "bear" VBP), that chunk is left out."""
+    out = []
+    for c in v.chunks:
+        h = c.head
+        if (v.tags[h] == tag and _object_noun(v, h) and whole_words(v, c.noun_start, c.end)
+                and not (c.end < len(v) and v.tags[c.end] in ("NN", "NNS", "VB", "VBP"))):
+            out.append((c.noun_start, c.end))
+    return out
+
+
 @register_negative("swap", "noun_chunk")
 def swap_noun_chunk(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v = view(doc)
     return _swap_pairs(v, [(c.start, c.end) for c in v.chunks if c.end - c.start > 2
                            and not is_part_noun(v, c) and whole_words(v, c.start, c.end)],
-                       rng, "noun_chunk", limit, prefer_same=True)
+                       rng, "noun_chunk", limit, prefer_same=True, guard=_chunk_guard(v))
 
 
 @register_negative("swap", "verb_phrase")
@@ -135,15 +160,15 @@ def swap_verb_phrase(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> 
 @register_negative("swap", "noun")
 def swap_noun(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v = view(doc)
-    return _swap_pairs(v, _tokens(v, lambda i: v.tags[i] == "NN" and _object_noun(v, i)), rng,
-                       "noun", limit, apart=True, prefer_same=True)
+    return _swap_pairs(v, _nouns(v, "NN"), rng,
+                       "noun", limit, apart=True, prefer_same=True, guard=_chunk_guard(v))
 
 
 @register_negative("swap", "noun_plural")
 def swap_noun_plural(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v = view(doc)
-    return _swap_pairs(v, _tokens(v, lambda i: v.tags[i] == "NNS" and _object_noun(v, i)), rng,
-                       "noun_plural", limit, apart=True, prefer_same=True)
+    return _swap_pairs(v, _nouns(v, "NNS"), rng,
+                       "noun_plural", limit, apart=True, prefer_same=True, guard=_chunk_guard(v))
 
 
 @register_negative("swap", "adverb")
@@ -156,7 +181,8 @@ def swap_adverb(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
 def swap_adjective(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v = view(doc)
     return _swap_pairs(v, _tokens(v, lambda i: v.pos[i] == "ADJ" and v.lower[i] not in ADJ_STOP),
-                       rng, "adjective", limit, apart=True)
+                       rng, "adjective", limit, apart=True, guard=lambda a, b, strict: not strict or (
+                           ATTRIBUTE_OF.get(v.lower[a[0]], a) == ATTRIBUTE_OF.get(v.lower[b[0]], b)))
 
 
 def _number(v: View, head: int) -> str:
@@ -171,20 +197,21 @@ def swap_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Neg
     pairs = [((a.start, a.end), (b.start, b.end)) for a, b in combinations(chunks, 2)
              if v.lower[a.head] != v.lower[b.head] and _number(v, a.head) == _number(v, b.head)
              and v.lower[a.head].isalpha() and v.lower[b.head].isalpha()
-             and not same_list(v, (a.start, a.end), (b.start, b.end))]
+             and not same_list(v, (a.start, a.end), (b.start, b.end)) and swap_allowed(v, a, b)]
     return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), "swap", "obj", limit,
                 first=lambda ab: same_category(v, *ab))
 
 
 @register_negative("swap", "att")
 def swap_att(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
-    """The first describing adjective of two chunks whose heads differ."""
+    """Two adjectives of one attribute group (colour, size, material ...) describing two chunks
+    whose heads differ: "a blue racket and a yellow ball" -> "a yellow racket and a blue ball".
+    Items of one list count too ("a red shirt and blue jeans": their attributes are not
+    interchangeable); an adjective of another group, or of none, would make "a red man in a
+    young shirt"."""
     v = view(doc)
-    firsts = []
-    for c in v.chunks:
-        adjs = [a for a in c.adjectives if v.lower[a] not in ADJ_STOP]
-        if adjs:
-            firsts.append((adjs[0], v.lower[c.head]))
-    pairs = [((a, a + 1), (b, b + 1)) for (a, ha), (b, hb) in combinations(firsts, 2)
-             if ha != hb and v.lower[a] != v.lower[b] and not same_list(v, (a, a + 1), (b, b + 1))]
+    adjs = [(a, v.lower[c.head], ATTRIBUTE_OF[v.lower[a]]) for c in v.chunks for a in c.adjectives
+            if v.lower[a] in ATTRIBUTE_OF and v.lower[a] not in ADJ_STOP]
+    pairs = [((a, a + 1), (b, b + 1)) for (a, ha, ga), (b, hb, gb) in combinations(adjs, 2)
+             if ha != hb and ga == gb and v.lower[a] != v.lower[b] and v.chunk_at[a] != v.chunk_at[b]]
     return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), "swap", "att", limit)
