@@ -16,11 +16,12 @@ from __future__ import annotations
 import random
 
 from datagen.negatives.base import register_negative
+from datagen.negatives.guards import animacy, fits, subject_verb, verb_need
 from datagen.negatives.replace import vocab_or_builtin
 from datagen.negatives.swap import pick
 from datagen.negatives.text import article_for, insert_at, render, view
 from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, POSITION_NOUNS,
-                                     crude_lemma, is_part_noun, noun_roles)
+                                     crude_lemma, is_part_noun, is_synonym, noun_roles)
 from datagen.schema import Negative
 
 _PLURAL_AUX = {"is": "are", "was": "were", "has": "have", "'s": "are"}
@@ -46,6 +47,15 @@ def _end(v) -> int:
     return end
 
 
+def _uniform(voc, rng: random.Random, bucket: str, nouns: list[str], avoid) -> str | None:
+    """One word of `bucket` drawn uniformly (not by frequency: a few frequent nouns, "man",
+    "table", added again and again are a cue of their own), not in the caption and no synonym
+    or hypernym of any of its nouns ("a woman holding a pizza and a lady")."""
+    words = [w for w in voc.words(bucket) if crude_lemma(w) not in avoid
+             and not any(is_synonym(n, w) for n in nouns)] if hasattr(voc, "words") else []
+    return rng.choice(words) if words else None
+
+
 @register_negative("add", "obj")
 def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v, voc = view(doc), vocab_or_builtin(vocab)
@@ -53,6 +63,7 @@ def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
               and not is_part_noun(v, c)
               and (c.end == len(v) or v.tags[c.end] not in ("CC", ",", "HYPH", "POS"))]
     end = _end(v)
+    nouns = [v.lower[c.head] for c in v.chunks]
     cands = [(c, t) for c in chunks for t in TEMPLATES[:3]
              if t != "before" or c.start == 0 or v.tags[c.start - 1] not in ("CC", ",", "DT", "POS")]
     if chunks and end > 0 and v.chunk_at[end - 1] >= 0:  # ends on an object: add a neighbour
@@ -61,23 +72,25 @@ def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
     def build(ct):
         c, template = ct
         roles = noun_roles(v, c)
-        if template in TEMPLATES[3:]:  # a thing beside the scene's objects
-            company = voc.company(v) if hasattr(voc, "company") else set()
-            new = voc.sample(rng, ["noun/NN/" + template.split()[0], "noun/NN/*"], v.lower[c.head],
-                             avoid=v.lemmas, keep=company or None)
-            if new is None:
-                return None
-            return render(insert_at(v, end, [*template.split(), article_for(new), new]), v.cap)
         buckets = [f"with/{crude_lemma(v.lower[c.head])}"] + [f"noun/NN/{role}" for role in roles]
-        new = voc.sample(rng, buckets, v.lower[c.head], avoid=v.lemmas)
+        new = _uniform(voc, rng, buckets[0], nouns, v.lemmas)
+        if new is None:
+            new = voc.sample(rng, buckets, v.lower[c.head], avoid=v.lemmas)
         if new is None:
             return None
+        if template in ("and", "before"):  # a co-subject must be able to do what X does
+            verb = subject_verb(v, c, c is v.chunks[0] and "_subj" in roles)
+            if verb is not None and not fits(animacy(new), verb_need(v.lower[verb])):
+                return None  # "A pizza and two men playing a video game"
+        phrase = [article_for(new), new]
+        if template in TEMPLATES[3:]:  # a thing beside the last object
+            return render(insert_at(v, end, [*template.split(), *phrase]), v.cap)
         if template == "with":
-            return render(insert_at(v, c.end, ["with", article_for(new), new]), v.cap)
+            return render(insert_at(v, c.end, ["with", *phrase]), v.cap)
         if template == "before":
-            pieces = insert_at(v, c.start, [article_for(new), new, "and"])
+            pieces = insert_at(v, c.start, [*phrase, "and"])
         else:
-            pieces = insert_at(v, c.end, ["and", article_for(new), new])
+            pieces = insert_at(v, c.end, ["and", *phrase])
         if c.end < len(v) and "_subj" in roles:
             aux = c.end + (v.lower[c.end] in _RELATIVE and c.end + 1 < len(v))
             if v.lower[aux] in _PLURAL_AUX:

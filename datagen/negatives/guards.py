@@ -39,7 +39,8 @@ SYMMETRIC = lexicon.words("symmetric_relations")
 ASYMMETRIC = lexicon.words("asymmetric_relations")
 SUPPORT = lexicon.words("support_relations")
 _SKIP_TO_VERB = {"who", "that", "which"}
-_RELATION_FILLER = {"the", "a", "an", "of", "to", "is", "are", "was", "were", "sitting", "standing"}
+_RELATION_FILLER = {"the", "a", "an", "of", "to", "is", "are", "was", "were", "that", "which",
+                    "sitting", "standing"}
 
 
 @lru_cache(maxsize=1)
@@ -119,7 +120,7 @@ def subject_verb(v: View, c: Chunk, first: bool) -> Optional[int]:
     return None
 
 
-def _fits(cls: Optional[str], need: Optional[str]) -> bool:
+def fits(cls: Optional[str], need: Optional[str]) -> bool:
     return need is None or (need == "person" and cls == "person") or (need == "animate" and cls is not None)
 
 
@@ -137,9 +138,9 @@ def swap_allowed(v: View, a: Chunk, b: Chunk, strict: bool = True) -> bool:
     ca, cb = animacy(v.lower[a.head]), animacy(v.lower[b.head])
     first = v.chunks[0] is a and not any(p in ("VERB", "AUX") for p in v.pos[:a.start])
     va, vb = subject_verb(v, a, first), subject_verb(v, b, False)
-    if va is not None and not _fits(cb, verb_need(v.lower[va])):
+    if va is not None and not fits(cb, verb_need(v.lower[va])):
         return False
-    if vb is not None and not _fits(ca, verb_need(v.lower[vb])):
+    if vb is not None and not fits(ca, verb_need(v.lower[vb])):
         return False
     if (ca is None) != (cb is None):
         return False  # "A suit in a striped man", "A table sitting at a woman"

@@ -20,7 +20,8 @@ from datagen.negatives.swap import pick
 from datagen.negatives.text import View, match_case, render, replace_at, view
 from datagen.negatives import lexicon
 from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, PREP_STOP, Vocabulary,
-                                     builtin_vocabulary, is_part_noun, noun_roles, verb_roles)
+                                     builtin_vocabulary, crude_lemma, is_part_noun, noun_roles,
+                                     verb_roles)
 from datagen.schema import Negative
 
 # "on top of", "in front of", "at the edge of": the preposition is part of a fixed phrase.
@@ -54,17 +55,26 @@ def _replace(v: View, i: int, word: Optional[str]) -> Optional[str]:
 @register_negative("replace", "obj")
 def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v, voc = view(doc), vocab_or_builtin(vocab)
+    categories = lexicon.categories()
     chunks = [c for c in v.chunks if v.tags[c.head] in ("NN", "NNS") and _plain(v, c.head)
               and c.noun_start == c.head and not is_part_noun(v, c) and not _compound_next(v, c)]
 
     def build(c):
         buckets = [f"noun/{v.tags[c.head]}/{role}" for role in noun_roles(v, c)]
         company = voc.company(v, skip=v.chunks.index(c)) if hasattr(voc, "company") else set()
+        head = v.lower[c.head]
         new = None
-        if company:  # a noun seen with the caption's other objects, in the same role
-            new = voc.sample(rng, buckets, v.lower[c.head], avoid=v.lemmas, keep=company)
+        kind = categories.get(crude_lemma(head)) or categories.get(head)
+        if kind is not None:  # one kind of thing first: a cup for a bowl, a cat for a dog
+            mates = {w for b in buckets for w in voc.words(b)
+                     if (categories.get(crude_lemma(w)) or categories.get(w)) == kind}
+            for keep in (mates & company, mates):
+                if keep and new is None:
+                    new = voc.sample(rng, buckets, head, avoid=v.lemmas, keep=keep)
+        if new is None and company:  # a noun seen with the caption's other objects, same role
+            new = voc.sample(rng, buckets, head, avoid=v.lemmas, keep=company)
         if new is None:
-            new = voc.sample(rng, buckets, v.lower[c.head], avoid=v.lemmas)
+            new = voc.sample(rng, buckets, head, avoid=v.lemmas)
         return _replace(v, c.head, new)
     return pick(v, rng, chunks * limit, build, "replace", "obj", limit)
 

@@ -94,10 +94,12 @@ def _chunk_guard(v: View) -> Callable[[Span, Span, bool], bool]:
 
 
 def whole_words(v: View, start: int, end: int) -> bool:
-    """The span does not cut a hyphenated word ("wet-suited") at either end."""
-    return not ({start, end - 1} & v.hyphenated) or (
-        (start == 0 or start - 1 not in v.hyphenated or v.words[start - 1] != "-")
-        and (end == len(v) or v.words[end] != "-"))
+    """The span does not cut a hyphenated word ("wet-suited", "cross-country") at either end:
+    no hyphen joins its first token to the one before it, nor its last to the one after."""
+    h, w = v.hyphenated, v.words
+    cut_left = start > 0 and start in h and start - 1 in h and "-" in (w[start - 1], w[start])
+    cut_right = end < len(v) and end - 1 in h and end in h and "-" in (w[end - 1], w[end])
+    return not cut_left and not cut_right
 
 
 def same_list(v: View, a: Span, b: Span) -> bool:
@@ -137,7 +139,7 @@ def _nouns(v: View, tag: str) -> list[Span]:
     for c in v.chunks:
         h = c.head
         if (v.tags[h] == tag and _object_noun(v, h) and whole_words(v, c.noun_start, c.end)
-                and not (c.end < len(v) and v.tags[c.end] in ("NN", "NNS", "VB", "VBP"))):
+                and not (tag == "NN" and c.end < len(v) and v.tags[c.end] in ("NN", "NNS", "VB", "VBP"))):
             out.append((c.noun_start, c.end))
     return out
 
@@ -211,7 +213,7 @@ def swap_att(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Neg
     young shirt"."""
     v = view(doc)
     adjs = [(a, v.lower[c.head], ATTRIBUTE_OF[v.lower[a]]) for c in v.chunks for a in c.adjectives
-            if v.lower[a] in ATTRIBUTE_OF and v.lower[a] not in ADJ_STOP]
+            if v.lower[a] in ATTRIBUTE_OF and v.lower[a] not in ADJ_STOP and a not in v.hyphenated]
     pairs = [((a, a + 1), (b, b + 1)) for (a, ha, ga), (b, hb, gb) in combinations(adjs, 2)
              if ha != hb and ga == gb and v.lower[a] != v.lower[b] and v.chunk_at[a] != v.chunk_at[b]]
     return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), "swap", "att", limit)
