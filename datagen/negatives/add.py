@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 
+from datagen.negatives import lexicon
 from datagen.negatives.base import register_negative
 from datagen.negatives.guards import animacy, fits, subject_verb, verb_need
 from datagen.negatives.replace import vocab_or_builtin
@@ -47,13 +48,32 @@ def _end(v) -> int:
     return end
 
 
-def _uniform(voc, rng: random.Random, bucket: str, nouns: list[str], avoid) -> str | None:
-    """One word of `bucket` drawn uniformly (not by frequency: a few frequent nouns, "man",
-    "table", added again and again are a cue of their own), not in the caption and no synonym
-    or hypernym of any of its nouns ("a woman holding a pizza and a lady")."""
-    words = [w for w in voc.words(bucket) if crude_lemma(w) not in avoid
-             and not any(is_synonym(n, w) for n in nouns)] if hasattr(voc, "words") else []
-    return rng.choice(words) if words else None
+SCENERY = lexicon.words("scenery")
+_NEAR = {"next", "near", "beside", "by"}  # "next to a map next to a cake": one neighbour is enough
+
+
+def _addable(word: str, template: str) -> bool:
+    """An object one can add: no scenery or event ("a dog with a street", "next to the sky",
+    "next to a game") and no place ("a cat and a kitchen", "next to a room")."""
+    if word in SCENERY or crude_lemma(word) in SCENERY:
+        return False
+    return lexicon.categories().get(crude_lemma(word)) != "place"
+
+
+def _draw(voc, rng: random.Random, buckets: list[str], head: str, nouns: list[str], avoid,
+          template: str) -> str | None:
+    """A noun from the first bucket that has one, by corpus frequency: addable, not in the
+    caption, and no synonym or hypernym of any of its nouns ("a woman holding a pizza and a
+    lady")."""
+    for bucket in buckets:
+        keep = {w for w in voc.words(bucket) if _addable(w, template)
+                and not any(is_synonym(n, w) for n in nouns)} if hasattr(voc, "words") else None
+        if keep == set():
+            continue
+        new = voc.sample(rng, [bucket], head, avoid=avoid, keep=keep)
+        if new is not None:
+            return new
+    return None
 
 
 @register_negative("add", "obj")
@@ -64,24 +84,30 @@ def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
               and (c.end == len(v) or v.tags[c.end] not in ("CC", ",", "HYPH", "POS"))]
     end = _end(v)
     nouns = [v.lower[c.head] for c in v.chunks]
-    cands = [(c, t) for c in chunks for t in TEMPLATES[:3]
-             if t != "before" or c.start == 0 or v.tags[c.start - 1] not in ("CC", ",", "DT", "POS")]
-    if chunks and end > 0 and v.chunk_at[end - 1] >= 0:  # ends on an object: add a neighbour
-        cands += [(v.chunks[v.chunk_at[end - 1]], t) for t in TEMPLATES[3:]]
+    cands = []
+    for c in chunks:
+        # the subject (the caption's first words) only: "riding a man and a horse", "wearing a
+        # hat and a table" show that an object of a verb rarely takes a companion
+        if c.start == 0 and _addable(v.lower[c.head], "and"):  # "a dog and a cat are ..."
+            cands += [(c, "and"), (c, "before")]
+            if c.end == len(v) or v.lower[c.end] != "with":
+                cands.append((c, "with"))
+    last = v.chunk_at[end - 1] if end > 0 else -1
+    if chunks and last >= 0 and not _NEAR & set(v.lower[max(0, v.chunks[last].start - 2):v.chunks[last].start]):
+        cands += [(v.chunks[last], t) for t in TEMPLATES[3:]]  # ends on an object: a neighbour
 
     def build(ct):
         c, template = ct
         roles = noun_roles(v, c)
         buckets = [f"with/{crude_lemma(v.lower[c.head])}"] + [f"noun/NN/{role}" for role in roles]
-        new = _uniform(voc, rng, buckets[0], nouns, v.lemmas)
-        if new is None:
-            new = voc.sample(rng, buckets, v.lower[c.head], avoid=v.lemmas)
+        new = _draw(voc, rng, buckets, v.lower[c.head], nouns, v.lemmas, template)
         if new is None:
             return None
         if template in ("and", "before"):  # a co-subject must be able to do what X does
-            verb = subject_verb(v, c, c is v.chunks[0] and "_subj" in roles)
-            if verb is not None and not fits(animacy(new), verb_need(v.lower[verb])):
-                return None  # "A pizza and two men playing a video game"
+            verb = subject_verb(v, c, c.start == 0)
+            if verb is not None and (not fits(animacy(new), verb_need(v.lower[verb]))
+                                     or (c.start == 0 and v.tags[verb] == "VBZ")):
+                return None  # "A pizza and two men playing a video game", "a man and a plane flies"
         phrase = [article_for(new), new]
         if template in TEMPLATES[3:]:  # a thing beside the last object
             return render(insert_at(v, end, [*template.split(), *phrase]), v.cap)
