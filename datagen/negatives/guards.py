@@ -11,6 +11,10 @@ cat"). `swap_allowed(v, a, b)` keeps a swap of the noun chunks `a` and `b` only 
   longer refers to anyone);
 - both are animate (a person or an animal: `animacy` and the person / animal hypernym lists of
   `data/lexicon.json`) or both are things ("A table sitting at a woman" is out);
+- both are places or surroundings (`scenery`, the places of `swap_categories`) or neither is
+  ("a large ocean in the middle of the ship");
+- (without `strict`) a thing that is a verb's direct object only trades places with another
+  verb's object ("A man holding a tennis court in his hand while on the tennis racket");
 
 and, with `strict` (swap:obj always; the NegCLIP sub-kinds try these pairs first), also when
 - the relation between them does not read the same both ways ("a man standing next to a woman"
@@ -38,6 +42,7 @@ POSITION_NOUNS = lexicon.words("position_nouns")
 SYMMETRIC = lexicon.words("symmetric_relations")
 ASYMMETRIC = lexicon.words("asymmetric_relations")
 SUPPORT = lexicon.words("support_relations")
+SCENERY = lexicon.words("scenery")
 _SKIP_TO_VERB = {"who", "that", "which"}
 _RELATION_FILLER = {"the", "a", "an", "of", "to", "is", "are", "was", "were", "that", "which",
                     "sitting", "standing"}
@@ -120,6 +125,29 @@ def subject_verb(v: View, c: Chunk, first: bool) -> Optional[int]:
     return None
 
 
+def place(word: str) -> bool:
+    """A place or surroundings (`scenery`, or a place of `swap_categories`: kitchen, street,
+    ocean ...), which is swapped only with another place."""
+    from datagen.negatives.vocab import crude_lemma
+    lemma = crude_lemma(word)
+    return (word in SCENERY or lemma in SCENERY
+            or (lexicon.categories().get(lemma) or lexicon.categories().get(word)) == "place")
+
+
+@lru_cache(maxsize=1 << 14)
+def noun_class(word: str) -> tuple[Optional[str], bool]:
+    """(person / animal / None, place or not): a replacement keeps both."""
+    return animacy(word), place(word)
+
+
+def verb_object(v: View, c: Chunk) -> bool:
+    """The chunk is the direct object of a verb ("holding [a racket]", "drives [a car]")."""
+    i = c.start - 1
+    while i >= 0 and v.pos[i] in ("ADV", "PART") and v.tags[i] != "TO":
+        i -= 1
+    return i >= 0 and v.pos[i] == "VERB"
+
+
 def fits(cls: Optional[str], need: Optional[str]) -> bool:
     return need is None or (need == "person" and cls == "person") or (need == "animate" and cls is not None)
 
@@ -144,8 +172,10 @@ def swap_allowed(v: View, a: Chunk, b: Chunk, strict: bool = True) -> bool:
         return False
     if (ca is None) != (cb is None):
         return False  # "A suit in a striped man", "A table sitting at a woman"
-    if not strict:
-        return True
+    if place(v.lower[a.head]) != place(v.lower[b.head]):
+        return False  # "a large ocean in the middle of the ship", "a bathroom in this small sink"
+    if not strict:  # a thing that is a verb's object trades places only with another one
+        return ca is not None or verb_object(v, a) == verb_object(v, b)  # "holding a tennis court"
     between = range(a.end, b.start)
     words = [v.lower[i] for i in between]
     if ca is None:  # two things: only around a spatial relation with two different sides

@@ -19,6 +19,7 @@ from datagen.negatives.base import register_negative
 from datagen.negatives.swap import pick
 from datagen.negatives.text import View, match_case, render, replace_at, view
 from datagen.negatives import lexicon
+from datagen.negatives.guards import animacy, fits, noun_class, subject_verb, verb_need
 from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, PREP_STOP, Vocabulary,
                                      builtin_vocabulary, crude_lemma, is_part_noun, noun_roles,
                                      verb_roles)
@@ -27,6 +28,7 @@ from datagen.schema import Negative
 # "on top of", "in front of", "at the edge of": the preposition is part of a fixed phrase.
 FIXED_AFTER_PREP = lexicon.words("fixed_after_prep")
 FIXED_BEFORE_PREP = lexicon.words("fixed_before_prep")  # "next to", "close to", "out of"
+CONTRASTS: dict[str, str] = lexicon.lexicon()["relation_contrasts"]
 
 _FALLBACK: Optional[Vocabulary] = None
 
@@ -61,21 +63,27 @@ def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
 
     def build(c):
         buckets = [f"noun/{v.tags[c.head]}/{role}" for role in noun_roles(v, c)]
+        specific, general = buckets[:-1], buckets[-1:]  # the role's nouns, then all ("*")
         company = voc.company(v, skip=v.chunks.index(c)) if hasattr(voc, "company") else set()
         head = v.lower[c.head]
-        new = None
-        kind = categories.get(crude_lemma(head)) or categories.get(head)
-        if kind is not None:  # one kind of thing first: a cup for a bowl, a cat for a dog
-            mates = {w for b in buckets for w in voc.words(b)
-                     if (categories.get(crude_lemma(w)) or categories.get(w)) == kind}
-            for keep in (mates & company, mates):
-                if keep and new is None:
-                    new = voc.sample(rng, buckets, head, avoid=v.lemmas, keep=keep)
-        if new is None and company:  # a noun seen with the caption's other objects, same role
-            new = voc.sample(rng, buckets, head, avoid=v.lemmas, keep=company)
-        if new is None:
-            new = voc.sample(rng, buckets, head, avoid=v.lemmas)
-        return _replace(v, c.head, new)
+        cls, kind = noun_class(head), categories.get(crude_lemma(head)) or categories.get(head)
+        verb = subject_verb(v, c, c.start == 0)
+        need = verb_need(v.lower[verb]) if verb is not None else None
+        same = {w for b in buckets for w in voc.words(b) if noun_class(w) == cls
+                and fits(animacy(w), need)}  # "A pole wearing a pointy pink shoe"
+        mates = {w for w in same if (categories.get(crude_lemma(w)) or categories.get(w)) == kind} \
+            if kind is not None else set()
+        # one kind of thing first (a cup for a bowl), then one class (a person for a person, a
+        # place for a place, a thing for a thing), nouns seen with the caption's other objects
+        # and in the same role first; never a person for a thing ("A cow holding an umbrella")
+        for group, keep in ((specific, mates & company), (specific, mates), (specific, same & company),
+                            (specific, same), (general, mates & company), (general, mates),
+                            (general, same & company)):
+            if group and keep:
+                new = voc.sample(rng, group, head, avoid=v.lemmas, keep=keep)
+                if new is not None:
+                    return _replace(v, c.head, new)
+        return None
     return pick(v, rng, chunks * limit, build, "replace", "obj", limit)
 
 
@@ -124,11 +132,19 @@ def replace_rel(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
             and (i + 1 == len(v) or v.lower[i + 1] not in FIXED_AFTER_PREP)
             and (i == 0 or v.lower[i - 1] not in FIXED_BEFORE_PREP)))]
 
+    subject = animacy(v.lower[v.chunks[0].head]) if v.chunks and v.chunks[0].start == 0 else None
+    subject_verb_at = subject_verb(v, v.chunks[0], True) if v.chunks and v.chunks[0].start == 0 else None
+
     def build(i):
         word = v.lower[i]
-        if v.pos[i] == "VERB":
-            buckets = [f"verb/{v.tags[i]}/{role}" for role in verb_roles(v, i)]
-        else:
-            buckets = ["prep/*"]
-        return _replace(v, i, voc.sample(rng, buckets, word, avoid=v.lemmas))
+        if v.pos[i] != "VERB":  # a preposition: only one that changes the scene (on -> under)
+            others = sorted(set(CONTRASTS.get(word, "").split()) - v.lemmas)
+            return _replace(v, i, rng.choice(others)) if others else None
+        # a verb seen with the same object or preposition ("swinging" a racket), never one
+        # that needs another kind of subject ("A stop sign holding"), no role-less guess
+        buckets = [f"verb/{v.tags[i]}/{role}" for role in verb_roles(v, i) if role != "*"]
+        keep = None
+        if i == subject_verb_at:
+            keep = {w for b in buckets for w in voc.words(b) if fits(subject, verb_need(w))}
+        return _replace(v, i, voc.sample(rng, buckets, word, avoid=v.lemmas, keep=keep))
     return pick(v, rng, slots * limit, build, "replace", "rel", limit)

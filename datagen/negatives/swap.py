@@ -154,9 +154,29 @@ def swap_noun_chunk(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> l
 
 @register_negative("swap", "verb_phrase")
 def swap_verb_phrase(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
+    """Two verb phrases whose last verbs have one tag and are followed by the same word (a
+    preposition, an adverb) or by nothing: "A cat sleeps quietly while a dog barks loudly",
+    not "A man watches a bat while a woman holds" nor, with their objects left in place,
+    "wearing two cellphones while holding headphones"."""
     v = view(doc)
     spans = [(s, e) for s, e in v.verb_phrases if s not in v.hyphenated and e - 1 not in v.hyphenated]
-    return _swap_pairs(v, spans, rng, "verb_phrase", limit)
+    return _swap_pairs(v, spans, rng, "verb_phrase", limit,
+                       guard=lambda a, b, strict: _frame(v, a) == _frame(v, b)
+                       and _frame(v, a)[1] not in ("object", "other"))
+
+
+def _frame(v: View, span: Span) -> tuple[str, str]:
+    """(tag of the phrase's last verb, what follows it: an object, a preposition, an adverb, the
+    end, or something else)."""
+    e = span[1]
+    if e >= len(v) or v.pos[e] == "PUNCT" or v.tags[e] == "CC":
+        follows = "end"
+    elif v.chunk_at[e] >= 0 and v.chunks[v.chunk_at[e]].start == e:
+        follows = "object"
+    else:
+        follows = (v.lower[e] if v.tags[e] in ("IN", "RP", "TO")
+                   else "adverb" if v.pos[e] == "ADV" else "other")
+    return v.tags[e - 1], follows
 
 
 @register_negative("swap", "noun")
@@ -181,10 +201,15 @@ def swap_adverb(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
 
 @register_negative("swap", "adjective")
 def swap_adjective(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
+    """Two adjectives of one attribute group (colour, size ...) before the nouns of two
+    different chunks: "a snowy coat ... a blue field" or "a male girl" would say nothing a
+    photo could show."""
     v = view(doc)
-    return _swap_pairs(v, _tokens(v, lambda i: v.pos[i] == "ADJ" and v.lower[i] not in ADJ_STOP),
-                       rng, "adjective", limit, apart=True, guard=lambda a, b, strict: not strict or (
-                           ATTRIBUTE_OF.get(v.lower[a[0]], a) == ATTRIBUTE_OF.get(v.lower[b[0]], b)))
+    attributive = {a for c in v.chunks for a in c.adjectives}
+    return _swap_pairs(v, _tokens(v, lambda i: v.pos[i] == "ADJ" and v.lower[i] not in ADJ_STOP
+                                  and i in attributive and v.lower[i] in ATTRIBUTE_OF),
+                       rng, "adjective", limit, apart=True, guard=lambda a, b, strict: (
+                           ATTRIBUTE_OF[v.lower[a[0]]] == ATTRIBUTE_OF[v.lower[b[0]]]))
 
 
 def _number(v: View, head: int) -> str:
