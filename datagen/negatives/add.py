@@ -1,10 +1,17 @@
 """Add negatives: one more object or attribute, inserted where the caption stays fluent.
 
-- `obj`: "X" -> "X and a Y" after a noun chunk, Y a corpus noun seen in one caption with X
-  (`with/<X>`), else in the same role (after the same preposition or verb); a following `is/was/has` (also after "that" / "who" / "which")
-  becomes `are/were/have`, and a subject chunk whose verb comes later or is another
-  present-tense verb is left alone (no agreement rule for it). Positional / partitive chunks
-  ("the top", "a piece of") get nothing added.
+- `obj`: one of five placements (`TEMPLATES`), the candidates shuffled by the caption's rng:
+  "X and a Y", "a Y and X" or "X with a Y" for the subject (a chunk that starts the caption),
+  "... next to a Y" / "... near a Y" after a caption that ends on an object not already "next
+  to" something. Y is a corpus noun seen in one caption with X (`with/<X>`), else in the same
+  role, by frequency; never scenery, an event or a place (`scenery` in the lexicon, the places
+  of `swap_categories`: "a dog with a street"), never a synonym or hypernym of a noun of the
+  caption. With "and", a following `is/was/has` (also after "that" / "who" / "which") becomes
+  `are/were/have`; a co-subject must be able to do what X does (`guards.verb_need`: not "A
+  pizza and two men playing"), and a subject whose verb is another present-tense verb or comes
+  later is left alone (no agreement rule for it). Positional / partitive chunks ("the top", "a
+  piece of") get nothing added. "X and a Y" after any chunk (the old rule) was a telltale
+  template and often no scene ("riding a man and a horse").
 - `att`: an adjective inside a chunk, after its determiners, possessor ("a person's") and
   quantity words ("several", "different"), in English adjective order by attribute group (size
   before age before colour before material: "a large white bowl", not "a white large bowl"),

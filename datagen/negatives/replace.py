@@ -6,9 +6,9 @@ of the replaced word and never a word already in the caption:
 
 | sub-kind | replaces                                   | drawn from                                  |
 |----------|--------------------------------------------|---------------------------------------------|
-| `obj`    | a chunk's head noun (NN or NNS)            | nouns of that tag after the same governor ("on a [bench]"), preferring nouns seen with the caption's other objects |
+| `obj`    | a chunk's head noun (NN or NNS)            | nouns of that tag after the same governor ("on a [bench]"), of the same class (person / animal / thing / place) and fitting the subject's verb, one kind of thing first, then nouns seen with the caption's other objects |
 | `att`    | an adjective                               | its attribute group (colour -> colour), else adjectives seen with the same head noun |
-| `rel`    | a verb (same tag) or a relation preposition | verbs seen before the same object noun; prepositions |
+| `rel`    | a verb (same tag) or a relation preposition | verbs seen before the same object noun or preposition (none without one), fitting the subject; prepositions from `relation_contrasts` (on -> under, with -> without) |
 """
 from __future__ import annotations
 

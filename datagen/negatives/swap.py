@@ -7,16 +7,20 @@ found (a candidate equal to the caption after `normalise` is dropped).
 | sub-kind      | swaps                                                                        |
 |---------------|------------------------------------------------------------------------------|
 | `noun_chunk`  | two noun chunks longer than two words                                        |
-| `verb_phrase` | two `VERB? ADV* AUX* VERB+` phrases                                          |
-| `noun`        | two singular nouns (NN)                                                      |
-| `noun_plural` | two plural nouns (NNS)                                                       |
+| `verb_phrase` | two `VERB? ADV* AUX* VERB+` phrases of one tag followed by the same kind of word |
+| `noun`        | the whole nouns (compound included) of two chunks with NN heads               |
+| `noun_plural` | the same with NNS heads                                                      |
 | `adverb`      | two adverbs                                                                  |
-| `adjective`   | two adjectives                                                               |
-| `obj`         | two whole noun chunks of the same number ("a man ... a horse" -> "a horse ... a man") |
-| `att`         | the first adjectives of two chunks with different heads ("blue bathroom, white towels") |
+| `adjective`   | two adjectives of one attribute group before the nouns of two chunks         |
+| `obj`         | two whole noun chunks of the same number ("a man ... a woman" -> "a woman ... a man") |
+| `att`         | two adjectives of one attribute group in two chunks with different heads ("blue bathroom, white towels") |
 
-Noun swaps (`noun_chunk`, `noun`, `noun_plural`, `obj`) try pairs of one kind of thing first
-(two people or animals, two foods ...: `same_category`), which keeps more scenes possible.
+Noun swaps pass `guards.swap_allowed`: never a person or animal with a thing, never a thing or
+animal as the agent of a person's verb ("A helmet is wearing a dog"), never a possessive
+pronoun's chunk. `obj` takes only the strict pairs (two animates not around a symmetric
+relation, two things around a spatial relation with two sides ...); `noun_chunk`, `noun` and
+`noun_plural` (NegCLIP's) take the strict pairs when there are any and the others otherwise,
+and among them pairs of one kind of thing first (`same_category`).
 """
 from __future__ import annotations
 
