@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import random
+from functools import lru_cache
 
 from datagen.negatives import lexicon
 from datagen.negatives.base import register_negative
@@ -59,6 +60,18 @@ SCENERY = lexicon.words("scenery")
 _NEAR = {"next", "near", "beside", "by"}  # "next to a map next to a cake": one neighbour is enough
 
 
+def _bucket_set(voc, bucket: str, template: str, noun: str | None) -> frozenset:
+    """The addable words of a bucket (`noun` None), or those of them that are a synonym or
+    hypernym of `noun`; remembered on the vocabulary."""
+    cache = voc.__dict__.setdefault("_add_bucket_sets", {})
+    key = (bucket, template in TEMPLATES[3:], noun)
+    if key not in cache:
+        words = [w for w in voc.words(bucket) if _addable(w, template)]
+        cache[key] = frozenset(words if noun is None else [w for w in words if is_synonym(noun, w)])
+    return cache[key]
+
+
+@lru_cache(maxsize=1 << 16)
 def _addable(word: str, template: str) -> bool:
     """An object one can add: no scenery or event ("a dog with a street", "next to the sky",
     "next to a game") and no place ("a cat and a kitchen", "next to a room")."""
@@ -73,8 +86,10 @@ def _draw(voc, rng: random.Random, buckets: list[str], head: str, nouns: list[st
     caption, and no synonym or hypernym of any of its nouns ("a woman holding a pizza and a
     lady")."""
     for bucket in buckets:
-        keep = {w for w in voc.words(bucket) if _addable(w, template)
-                and not any(is_synonym(n, w) for n in nouns)} if hasattr(voc, "words") else None
+        keep = None
+        if hasattr(voc, "words"):
+            keep = _bucket_set(voc, bucket, template, None).difference(
+                *(_bucket_set(voc, bucket, template, n) for n in nouns))
         if keep == set():
             continue
         new = voc.sample(rng, [bucket], head, avoid=avoid, keep=keep)

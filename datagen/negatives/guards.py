@@ -65,6 +65,7 @@ def _animacy() -> dict[str, str]:
     return out
 
 
+@lru_cache(maxsize=1 << 16)
 def animacy(word: str) -> Optional[str]:
     """"person", "animal", or None for a thing (plurals by crude lemma: "horses")."""
     from datagen.negatives.vocab import crude_lemma
@@ -125,6 +126,7 @@ def subject_verb(v: View, c: Chunk, first: bool) -> Optional[int]:
     return None
 
 
+@lru_cache(maxsize=1 << 16)
 def place(word: str) -> bool:
     """A place or surroundings (`scenery`, or a place of `swap_categories`: kitchen, street,
     ocean ...), which is swapped only with another place."""

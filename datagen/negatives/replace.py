@@ -69,10 +69,7 @@ def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
         cls, kind = noun_class(head), categories.get(crude_lemma(head)) or categories.get(head)
         verb = subject_verb(v, c, c.start == 0)
         need = verb_need(v.lower[verb]) if verb is not None else None
-        same = {w for b in buckets for w in voc.words(b) if noun_class(w) == cls
-                and fits(animacy(w), need)}  # "A pole wearing a pointy pink shoe"
-        mates = {w for w in same if (categories.get(crude_lemma(w)) or categories.get(w)) == kind} \
-            if kind is not None else set()
+        same, mates = _class_sets(voc, tuple(buckets), cls, need, kind)
         # one kind of thing first (a cup for a bowl), then one class (a person for a person, a
         # place for a place, a thing for a thing), nouns seen with the caption's other objects
         # and in the same role first; never a person for a thing ("A cow holding an umbrella")
@@ -85,6 +82,22 @@ def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
                     return _replace(v, c.head, new)
         return None
     return pick(v, rng, chunks * limit, build, "replace", "obj", limit)
+
+
+def _class_sets(voc, buckets: tuple, cls, need, kind) -> tuple[set, set]:
+    """The nouns of `buckets` of class `cls` that can be the subject of a verb needing `need`
+    ("A pole wearing a pointy pink shoe" is out), and those of them of one kind `kind`;
+    remembered on the vocabulary (captions ask for the same few combinations again and again)."""
+    cache = voc.__dict__.setdefault("_replace_class_sets", {})
+    key = (buckets, cls, need, kind)
+    if key not in cache:
+        categories = lexicon.categories()
+        same = {w for b in buckets for w in voc.words(b) if noun_class(w) == cls
+                and fits(animacy(w), need)}
+        mates = {w for w in same if (categories.get(crude_lemma(w)) or categories.get(w)) == kind} \
+            if kind is not None else set()
+        cache[key] = (frozenset(same), frozenset(mates))
+    return cache[key]
 
 
 def _compound_next(v: View, c) -> bool:
