@@ -80,6 +80,12 @@ def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
                 new = voc.sample(rng, group, head, avoid=v.lemmas, keep=keep)
                 if new is not None:
                     return _replace(v, c.head, new)
+        fallback = getattr(voc, "fallback", None)
+        if fallback is not None and all(crude_lemma(w) in v.lemmas for w in same):
+            # the corpus has no other noun of that class (a tiny corpus): built-in ones
+            keep, _ = _class_sets(fallback, tuple(buckets), cls, need, None)
+            return _replace(v, c.head, fallback.sample(rng, buckets, head, avoid=v.lemmas,
+                                                       keep=set(keep)) if keep else None)
         return None
     return pick(v, rng, chunks * limit, build, "replace", "obj", limit)
 
