@@ -15,12 +15,14 @@ found (a candidate equal to the caption after `normalise` is dropped).
 | `obj`         | two whole noun chunks of the same number ("a man ... a woman" -> "a woman ... a man") |
 | `att`         | two adjectives of one attribute group in two chunks with different heads ("blue bathroom, white towels") |
 
-Noun swaps pass `guards.swap_allowed`: never a person or animal with a thing, never a thing or
-animal as the agent of a person's verb ("A helmet is wearing a dog"), never a possessive
-pronoun's chunk. `obj` takes only the strict pairs (two animates not around a symmetric
-relation, two things around a spatial relation with two sides ...); `noun_chunk`, `noun` and
-`noun_plural` (NegCLIP's) take the strict pairs when there are any and the others otherwise,
-and among them pairs of one kind of thing first (`same_category`).
+`guards.swap_allowed` says which noun swaps describe a scene that can exist: never a person or
+animal with a thing, never a thing or animal as the agent of a person's verb ("A helmet is
+wearing a dog"), never a possessive pronoun's chunk; strictly, two animates not around a
+symmetric relation, two things around a spatial relation with two sides ... `obj` and `att`
+(SugarCrepe's types) take only such pairs. NegCLIP's types (`noun_chunk`, `noun`,
+`noun_plural`, `verb_phrase`, `adjective`) only prefer them: the strict pairs when there are
+any, else the allowed ones, else any pair, as NegCLIP's code would swap, and among them pairs
+of one kind of thing first (`same_category`).
 """
 from __future__ import annotations
 
@@ -78,15 +80,17 @@ def _swap_pairs(v: View, spans: Iterable[Span], rng: random.Random, subkind: str
                 guard: Optional[Callable[[Span, Span, bool], bool]] = None) -> list[Negative]:
     """Every pair of `spans` with different words; with `apart`, only single tokens of two
     different noun chunks (or outside chunks), so "black and brown dog" or "pickup truck" is
-    never turned around inside one phrase. With `guard` (`guard(a, b, strict)`), only pairs
-    it allows, and only the strictly allowed ones when there are any."""
+    never turned around inside one phrase. `guard` (`guard(a, b, strict)`) only orders the
+    pairs, it never removes them (NegCLIP's swap types make a negative wherever NegCLIP's code
+    does): the strictly allowed pairs when there are any, else the allowed ones, else all."""
     spans = list(spans)
     texts = [" ".join(v.lower[s:e]) for s, e in spans]
     pairs = [(a, b) for (i, a), (j, b) in combinations(enumerate(spans), 2) if texts[i] != texts[j]
              and not (apart and v.chunk_at[a[0]] >= 0 and v.chunk_at[a[0]] == v.chunk_at[b[0]])
-             and not same_list(v, a, b) and (guard is None or guard(a, b, False))]
-    if guard is not None:  # pairs the strict guard allows, if there are any, else the others
-        pairs = [ab for ab in pairs if guard(*ab, True)] or pairs
+             and not same_list(v, a, b)]
+    if guard is not None:
+        allowed = [ab for ab in pairs if guard(*ab, False)]
+        pairs = [ab for ab in allowed if guard(*ab, True)] or allowed or pairs
     return pick(v, rng, pairs, lambda ab: render(swap_spans(v, *ab), v.cap), kind, subkind, limit,
                 first=(lambda ab: same_category(v, *ab)) if prefer_same else None)
 
