@@ -31,6 +31,7 @@ write them into a copy of the set as `nn.json`.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import logging
@@ -57,7 +58,7 @@ log = logging.getLogger(__name__)
 EXACT_LIMIT = 300_000
 DUP_THRESHOLD = 0.999
 EXTRA = 4  # candidates searched beyond k + 1 (itself), for exclusions
-ONE_PASS_SHARE = 1 / 256  # self-join: above this share of a block passing, two passes instead
+ONE_PASS_SHARE = 1 / 32  # self-join: above this share of a block passing the lowest threshold, a second pass
 
 
 @dataclass
@@ -242,14 +243,50 @@ def _blas_threads() -> int:
     return max([1] + [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"])
 
 
-def _syrk():
-    """BLAS `ssyrk` (C = A^T A, one triangle: half a square product's work) from scipy, which
-    scikit-learn brings; None without it (the diagonal block pairs then use a full product)."""
+def _syrk() -> Optional[Callable[[np.ndarray, np.ndarray], None]]:
+    """`syrk(x, out)`: the lower triangle, diagonal included, of `x @ x.T` into the row-major
+    `out` (its strict upper triangle untouched), by BLAS `ssyrk` (half a square product's work)
+    from scipy, which scikit-learn brings; None without it (the diagonal block pairs then use a
+    full product). It is scipy's Cython BLAS routine (the one `scipy.linalg.blas.ssyrk` calls,
+    so the same products), called through ctypes, which lets go of the GIL: scipy's Python
+    wrapper holds it for the whole product, which made the join's threads wait for each other."""
     try:
-        from scipy.linalg.blas import ssyrk
+        from scipy.linalg import cython_blas
     except ImportError:
         return None
-    return ssyrk
+    capsule = cython_blas.__pyx_capi__["ssyrk"]
+    ctypes.pythonapi.PyCapsule_GetName.restype = ctypes.c_char_p
+    ctypes.pythonapi.PyCapsule_GetName.argtypes = [ctypes.py_object]
+    ctypes.pythonapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    ctypes.pythonapi.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    address = ctypes.pythonapi.PyCapsule_GetPointer(capsule, ctypes.pythonapi.PyCapsule_GetName(capsule))
+    integer, real, ptr = ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_float), ctypes.c_void_p
+    fortran = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, integer, integer, real, ptr,
+                               integer, real, ptr, integer)(address)
+
+    def syrk(x: np.ndarray, out: np.ndarray) -> None:
+        """C = A^T A of the column-major A = X^T (X's own memory): syrk's upper triangle,
+        column-major, is the row-major lower one of `out`."""
+        assert x.dtype == out.dtype == np.float32 and x.flags.c_contiguous and out.flags.c_contiguous
+        m, d = x.shape
+        assert out.shape == (m, m) and max(m, d) < 2 ** 31
+        i = lambda v: ctypes.byref(ctypes.c_int(v))  # noqa: E731
+        f = lambda v: ctypes.byref(ctypes.c_float(v))  # noqa: E731
+        fortran(b"U", b"T", i(m), i(d), f(1.0), x.ctypes.data, i(d), f(0.0), out.ctypes.data, i(m))
+    return syrk
+
+
+def _passing(prod: np.ndarray, thr_i: np.ndarray, thr_j: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Flat positions in `prod` of (at least) every product that reaches its row's threshold
+    (`thr_i`) or its column's (`thr_j`); NaN never passes. One comparison with the lowest
+    threshold of either, a scalar (numpy compares with a scalar ~3x faster than with a
+    broadcast vector of thresholds); where more than `ONE_PASS_SHARE` of the block passes it,
+    one comparison with each product's own bound, the lower of its row's and its column's."""
+    np.greater_equal(prod, min(thr_i.min(), thr_j.min()), out=mask)
+    if np.count_nonzero(mask) > ONE_PASS_SHARE * prod.size:
+        np.greater_equal(prod, thr_i[:, None], out=mask)
+        mask |= prod >= thr_j[None, :]
+    return np.flatnonzero(mask)
 
 
 def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
@@ -259,19 +296,18 @@ def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
 
     Blocks of `block` rows: for block pairs i <= j one product `X_i X_j^T` serves the rows of i
     (its rows) and, when i < j, the rows of j (its columns), so the products cost half of the
-    full N x N. Selection keeps, per row, the k best (score, id) pairs as uint64 keys ordered
-    like (score descending, id ascending), so ties go to the smaller id whatever the block order
-    (as numpy's stable argsort of the scores). A product enters a row's candidates only if it
-    is >= the row's threshold: the k-th best kept so far, primed before the loop with the k-th
-    best against `probe` evenly spaced rows (less `margin` times the norms, as those products
-    are rounded in another shape), always a lower bound of the true k-th best, so nothing that
-    belongs is dropped. Diagonal block pairs go first, so every row's threshold is the k-th best
-    of its own block before the off-diagonal pairs. Selection is then one vectorised comparison
-    per block against, per row, the lower of its threshold and block j's lowest (what passes is
-    then split by the exact row and column thresholds), or two comparisons (rows', columns')
-    where more than `ONE_PASS_SHARE` of the block would pass; then a merge of the few that pass.
-    Block pairs run in `threads` threads (default: numpy's BLAS thread count), each product on
-    one BLAS thread.
+    full N x N. A diagonal pair computes one triangle of `X_i X_i^T` (`_syrk`; the other holds
+    NaN), each product (a, b), a >= b, serving rows a and b. Selection keeps, per row, the k
+    best (score, id) pairs as uint64 keys ordered like (score descending, id ascending), so ties
+    go to the smaller id whatever the block order (as numpy's stable argsort of the scores). A
+    product enters a row's candidates only if it is >= the row's threshold: the k-th best kept
+    so far, primed before the loop with the k-th best against `probe` evenly spaced rows (less
+    `margin` times the norms, as those products are rounded in another shape), always a lower
+    bound of the true k-th best, so nothing that belongs is dropped. Diagonal block pairs go
+    first, so every row's threshold is the k-th best of its own block before the off-diagonal
+    pairs. Selection is one comparison pass per block (`_passing`), the exact thresholds on
+    what passes, and a merge of the few that remain. Block pairs run in `threads` threads
+    (default: numpy's BLAS thread count), each product on one BLAS thread.
     """
     xb = np.ascontiguousarray(xb, np.float32)
     n = len(xb)
@@ -318,10 +354,6 @@ def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
         full = uniq[low > 0]
         thr[full] = np.maximum(thr[full], _key_scores(low[low > 0]))
 
-    def above(prod: np.ndarray, bound: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(row, column) in `prod` of the products >= their `bound` (broadcast)."""
-        return np.divmod(np.flatnonzero(np.greater_equal(prod, bound, out=mask)), prod.shape[1])
-
     side = min(n, block)
     local, lock = threading.local(), threading.Lock()
 
@@ -336,41 +368,30 @@ def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
             m = len(xi)
             if m not in local.diag:
                 local.diag[m] = np.triu(np.full((m, m), np.nan, np.float32), 1)
-            out = local.diag[m]  # C = A^T A of A = X_i^T: syrk's upper triangle, column-major,
-            syrk(1.0, xi.T, trans=1, c=out.T, overwrite_c=1)  # is this row-major lower one
-            return out
+            syrk(xi, local.diag[m])
+            return local.diag[m]
         return np.matmul(xi, xj.T, out=local.prod[:len(xi) * len(xj)].reshape(len(xi), len(xj)))
 
     def join(pair: tuple[int, int]) -> None:
+        """The candidates of one block pair: product (a, b) for row i0 + a (`by_i`) and, off
+        the diagonal or below it, for row j0 + b (`by_j`)."""
         i0, j0 = pair
         prod = product(i0, j0)
-        mask = local.mask[:prod.size].reshape(prod.shape)
         thr_i, thr_j = thr[i0:i0 + prod.shape[0]].copy(), thr[j0:j0 + prod.shape[1]].copy()
-        if j0 == i0 and syrk is None:
-            a, b = above(prod, thr_i[:, None], mask)
-            rows, ids, vals = a + i0, b + j0, prod[a, b]
-        elif j0 == i0:  # the lower triangle: product (a, b), a >= b, serves row a and (a != b)
-            a, b = above(prod, thr_i[:, None], mask)  # row b, each by its own threshold
-            a2, b2 = above(prod, thr_i[None, :], mask)
-            a2, b2 = a2[a2 != b2], b2[a2 != b2]
-            rows, ids = np.concatenate([a + i0, b2 + i0]), np.concatenate([b + i0, a2 + i0])
-            vals = np.concatenate([prod[a, b], prod[a2, b2]])
-        else:  # one pass for both sides: a row's bound is the lower of its own and block j's
-            a, b = above(prod, np.minimum(thr_i, thr_j.min())[:, None], mask)
-            if len(a) > ONE_PASS_SHARE * prod.size:  # block j's lowest threshold lets too much in
-                a, b = above(prod, thr_i[:, None], mask)
-                a2, b2 = above(prod, thr_j[None, :], mask)
-                rows, ids = np.concatenate([a + i0, b2 + j0]), np.concatenate([b + j0, a2 + i0])
-                vals = np.concatenate([prod[a, b], prod[a2, b2]])
-            else:
-                v = prod[a, b]
-                by_i, by_j = v >= thr_i[a], v >= thr_j[b]  # the same products, seen from block j
-                rows = np.concatenate([a[by_i] + i0, b[by_j] + j0])
-                ids = np.concatenate([b[by_i] + j0, a[by_j] + i0])
-                vals = np.concatenate([v[by_i], v[by_j]])
+        flat = _passing(prod, thr_i, thr_j, local.mask[:prod.size].reshape(prod.shape))
+        a, b = np.divmod(flat, prod.shape[1])
+        vals = prod.ravel()[flat]
+        by_i, by_j = vals >= thr_i[a], vals >= thr_j[b]
+        if j0 == i0 and syrk is not None:  # the triangle: (a, a) serves row a once
+            by_j &= a != b
+        elif j0 == i0:  # the full product: (b, a) is there too, so rows only
+            by_j[:] = False
+        rows = np.concatenate([a[by_i] + i0, b[by_j] + j0])
         if not len(rows):
             return
-        uniq, new = candidates(rows, _rank_keys(vals, ids), i0, j0, prod.shape[0])
+        ids = np.concatenate([b[by_i] + j0, a[by_j] + i0])
+        keys = _rank_keys(np.concatenate([vals[by_i], vals[by_j]]), ids)
+        uniq, new = candidates(rows, keys, i0, j0, prod.shape[0])
         with lock:
             merge(uniq, new)
 

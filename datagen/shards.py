@@ -19,7 +19,9 @@ recorded only when a set starts.
 On `close`, the distinct COCO ids of the set's samples (`meta["coco_id"]` in each `json`
 member) are written to `image_ids.txt`, one int per line, named in the manifest as
 `"image_ids": "image_ids.txt"`, so a trainer compares training and benchmark images without
-reading the shards (`read_image_ids`). A set without COCO images gets no such file.
+reading the shards (`read_image_ids`). A set without COCO images gets no such file. The ids of
+the samples a writer adds are noted as they go by; only shards complete before it opened (a
+resumed run) are read back for theirs.
 
 `verify_shard_set` reads every shard back against the manifest; `KeyIndex` maps a sample key to
 the byte range of any of its members, so a reader can fetch a neighbour's image by key.
@@ -155,6 +157,8 @@ class ShardSetWriter:
         if order is not None:
             check_order(self.manifest, order, path)
             self.manifest[ORDER_KEY] = order
+        self._coco_ids: list[Any] = []  # meta["coco_id"] of the samples this writer added
+        self._earlier = [s["name"] for s in self.manifest["shards"]]  # complete before: read on close
         self._open_shard()
 
     @property
@@ -178,6 +182,7 @@ class ShardSetWriter:
         """Write one sample that consumed `inputs` input items."""
         members = {k: v for k, v in sample.to_wds().items() if not k.startswith("__")}
         self._write(sample.key, members, inputs)
+        self._note_coco_id(sample.meta)
 
     def add_raw(self, raw: dict[str, Any], inputs: int = 1,
                 extra: Optional[dict[str, bytes]] = None) -> None:
@@ -187,8 +192,15 @@ class ShardSetWriter:
         members = {k: v for k, v in raw.items() if not k.startswith("__")}
         members.update(extra or {})
         key = raw["__key__"]
-        ShardSample.from_wds({"__key__": key, **members}, require_image=False)
+        sample = ShardSample.from_wds({"__key__": key, **members}, require_image=False)
         self._write(key, members, inputs)
+        self._note_coco_id(sample.meta)
+
+    def _note_coco_id(self, meta: Optional[dict[str, Any]]) -> None:
+        """Remember a written sample's `meta["coco_id"]` for `image_ids.txt` (see `close`)."""
+        coco_id = meta.get("coco_id") if meta else None
+        if coco_id is not None:
+            self._coco_ids.append(coco_id)
 
     def _write(self, key: str, members: dict[str, bytes], inputs: int) -> None:
         for member, value in members.items():
@@ -229,7 +241,8 @@ class ShardSetWriter:
         self._tar.close()
         if self._tmp.exists():
             self._tmp.unlink()
-        ids = collect_coco_ids(self.directory, self.manifest)
+        earlier = {"shards": [s for s in self.manifest["shards"] if s["name"] in self._earlier]}
+        ids = collect_coco_ids(self.directory, earlier) | {int(i) for i in self._coco_ids}
         if ids:
             atomic_write(self.directory / IMAGE_IDS,
                          lambda f: f.writelines(f"{i}\n" for i in sorted(ids)), "w")

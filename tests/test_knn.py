@@ -101,9 +101,9 @@ def test_self_join_diagonal_blocks_by_syrk_give_the_full_products_answer(data, m
     real = knn._syrk()
     assert real is not None  # scipy comes with scikit-learn
 
-    def counted(*args, **kwargs):
-        calls.append(args[1].shape[1])
-        return real(*args, **kwargs)
+    def counted(x, out):
+        calls.append(len(x))
+        return real(x, out)
     monkeypatch.setattr(knn, "_syrk", lambda: counted)
     with_syrk = [self_join_topk(x, 7, block=b, probe=16, threads=t) for b, t in [(64, 1), (50, 2), (333, 1)]]
     assert sorted(calls) == sorted([64] * 5 + [13] + [50] * 6 + [33] + [333])
@@ -118,6 +118,34 @@ def test_self_join_diagonal_blocks_by_syrk_give_the_full_products_answer(data, m
         np.testing.assert_array_equal(ids[clear], ref_ids[clear])
         np.testing.assert_allclose(scores, ref_scores, atol=1e-6)
         np.testing.assert_array_equal(ids[clear], np.argsort(-sims, axis=1, kind="stable")[:, :7][clear])
+
+
+def test_self_join_syrk_lets_other_threads_run():
+    """The diagonal blocks' syrk runs without the GIL, so the join's threads run side by side
+    (scipy's Python wrapper held the GIL for the whole product): another Python thread keeps
+    running during the first half of the call."""
+    import threading
+    import time
+    x = np.random.default_rng(0).standard_normal((3072, 512)).astype(np.float32)
+    out = np.empty((3072, 3072), np.float32)
+    syrk, started, done, seen, call = knn._syrk(), threading.Event(), threading.Event(), [], []
+
+    def worker():
+        started.set()
+        t0 = time.perf_counter()
+        syrk(x, out)
+        call.extend([t0, time.perf_counter()])
+        done.set()
+    thread = threading.Thread(target=worker)
+    thread.start()
+    started.wait()
+    while not done.is_set():
+        seen.append(time.perf_counter())
+    thread.join()
+    t0, t1 = call
+    assert t1 - t0 > 0.02  # long enough to tell
+    assert sum(t0 < t < (t0 + t1) / 2 for t in seen) > 10
+    np.testing.assert_allclose(np.tril(out), np.tril(x @ x.T), rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize("n", [130, 257])

@@ -34,11 +34,18 @@ def register_negative(kind: str, subkind: str) -> Callable[[NegativeFn], Negativ
 
 _PUNCT = re.compile(r"[^\w\s]")
 _SPACE = re.compile(r"\s+")
+# The ASCII characters `_PUNCT` removes (neither \w nor \s), for the byte fast path of `normalise`.
+_PUNCT_BYTES = bytes(c for c in range(128) if _PUNCT.match(chr(c)))
 
 
 def normalise(text: str) -> str:
-    """Lower-case, punctuation removed, spaces collapsed: two captions equal under this are one."""
-    return _SPACE.sub(" ", _PUNCT.sub("", text.lower())).strip()
+    """Lower-case, punctuation removed, spaces collapsed: two captions equal under this are one.
+    ASCII text (nearly every caption) takes a byte translation instead of the two regular
+    expressions: the same string, several times faster."""
+    text = text.lower()
+    if text.isascii():
+        return " ".join(text.encode("ascii").translate(None, _PUNCT_BYTES).decode("ascii").split())
+    return _SPACE.sub(" ", _PUNCT.sub("", text)).strip()
 
 
 def is_new_negative(caption: str, negative: str) -> bool:

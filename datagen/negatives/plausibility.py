@@ -32,8 +32,18 @@ _CTX, _TYPES = "<ctx>", "<types>"  # keys of left-out context totals / types (ne
 DEFAULT_MARGIN = {"swap": 1.2, "replace": 0.5, "add": 0.5, "*": 0.5}
 
 
+# ASCII bytes that are not [a-z0-9] -> space: for an ASCII text without an apostrophe, the
+# tokens of `_TOKEN` are exactly the runs of [a-z0-9], i.e. the words after this translation.
+_SEPARATE = bytes(c if chr(c) in "abcdefghijklmnopqrstuvwxyz0123456789" else 32 for c in range(256))
+
+
 def tokens(text: str) -> list[str]:
-    return _TOKEN.findall(text.lower())
+    """Lower-cased words of `text` (`_TOKEN`); ASCII text without an apostrophe (nearly every
+    caption) goes through a byte translation instead of the regex: the same list, ~3x faster."""
+    text = text.lower()
+    if text.isascii() and "'" not in text:
+        return text.encode("ascii").translate(_SEPARATE).decode("ascii").split()
+    return _TOKEN.findall(text)
 
 
 def _key(toks: Sequence[str]) -> int:
@@ -62,8 +72,11 @@ class NgramLM:
                 self.types[gram[:-1]] += 1
         self.total = sum(n for g, n in counts.items() if len(g) == 1)
         self.stats = {h: (n, self.types[h]) for h, n in self.ctx.items()}  # context -> (total, types)
+        # `_trigram`'s look-ups by word, without building 1-tuples: unigram counts and the
+        # (total, types) of one-word contexts
+        self.unigrams = {g[0]: n for g, n in counts.items() if len(g) == 1}
+        self.stats1 = {h[0]: st for h, st in self.stats.items() if len(h) == 1}
         self._cache: Optional[tuple] = None  # the last positive: text, padded, left-out counts, sums
-        self._counts_of: dict[tuple, tuple] = {}  # trigram -> the corpus counts `_trigram` reads
         self.vocab = sum(1 for g in counts if len(g) == 1) + 1  # + unknown
         self.denominator = self.total + self.vocab
 
@@ -132,14 +145,8 @@ class NgramLM:
         The log-probabilities of one positive's trigrams are memoised, since its negatives share
         many of them (`_trigram`: the same values as `_lp`, summed in the same order)."""
         if self._cache is None or self._cache[0] != positive:
-            toks = tokens(positive)
-            minus = self._minus(toks)
-            padded = [BOS, BOS] + toks + [EOS]
-            cum = [0.0, 0.0, 0.0]
-            for i in range(2, len(padded)):
-                cum.append(cum[-1] + self._lp(padded, i, minus))
-            self._cache = (positive, padded, _split(minus), cum, {})
-        _, pos, split, cum, memo = self._cache
+            self._cache = self._prepare(positive)
+        _, pos, less, cum, memo = self._cache
         trigram, lp_len, out = self._trigram, len(pos), []
         for text in texts:
             if text == positive:  # what the loop below gives for it, without tokenising
@@ -156,49 +163,91 @@ class NgramLM:
                 c += 1  # common suffix, end of sentence included
             hi = min(ln, max(p + 2, ln - c + 2))
             part = 0
-            for i in range(p + 2, hi):
-                key = (neg[i - 2], neg[i - 1], neg[i])
+            for key in zip(neg[p:hi - 2], neg[p + 1:hi - 1], neg[p + 2:hi]):  # trigrams ending at p+2 .. hi-1
                 value = memo.get(key)
                 if value is None:
-                    value = memo[key] = trigram(key, split)
+                    value = memo[key] = trigram(key, less)
                 part += value
             total = cum[p + 2] + part
             total += cum[lp_len] - cum[hi + lp_len - ln]
             out.append(total / (ln - 2))
         return out
 
-    def _trigram(self, key: tuple[str, str, str], split: Optional[tuple]) -> float:
-        """`_lp` of the trigram `key`, with the left-out counts split by `_split` and the
-        corpus counts of the trigram's n-grams and contexts memoised across captions: the same
-        arithmetic in the same order, hence the same float."""
+    def _prepare(self, positive: str) -> tuple:
+        """`score`'s state for one positive: (text, padded tokens, left-out counts
+        (`_left_out`), cumulative log-probabilities per position, memo trigram -> log-prob),
+        the memo seeded with the positive's own trigrams."""
+        toks = tokens(positive)
+        less = self._left_out(toks)
+        padded = [BOS, BOS] + toks + [EOS]
+        memo: dict[tuple, float] = {}
+        cum = [0.0, 0.0, 0.0]
+        total = 0.0
+        for key in zip(padded, padded[1:], padded[2:]):
+            value = memo.get(key)
+            if value is None:
+                value = memo[key] = self._trigram(key, less)
+            total += value
+            cum.append(total)
+        return positive, padded, less, cum, memo
+
+    def _left_out(self, toks: list[str]) -> Optional[tuple]:
+        """What `_trigram` takes away for a training caption (None if it was not one): the
+        `get` of its unigram (by word), bigram and trigram counts, its unigram total
+        subtracted from the denominator, and the `get` of its contexts' (total, types) after
+        the caption's own counts are taken away (by word / word pair; only contexts the corpus
+        has). The same numbers as `_minus`, arranged for fewer look-ups."""
+        if _key(toks) not in self.seen:
+            return None
+        own = Counter(_grams(toks))
+        counts_get, stats_get = self.counts.get, self.stats.get
+        uni: dict[str, int] = {}
+        grams: dict[tuple, int] = {}
+        ctx: dict[tuple, list[int]] = {}  # context -> [left-out total, left-out types]
+        for gram, n in own.items():
+            if len(gram) == 1:
+                uni[gram[0]] = n
+                continue
+            grams[gram] = n
+            less = ctx.setdefault(gram[:-1], [0, 0])
+            less[0] += n
+            if counts_get(gram, 0) - n <= 0:
+                less[1] += 1
+        adjusted: list[dict] = [{}, {}]  # context of 1 word (by word) / 2 words -> (total, types)
+        for h, (n, types) in ctx.items():
+            st = stats_get(h)
+            if st:
+                adjusted[len(h) - 1][h[0] if len(h) == 1 else h] = (st[0] - n, st[1] - types)
+        return (uni.get, self.denominator - sum(uni.values()), grams.get,
+                adjusted[0].get, adjusted[1].get)
+
+    def _trigram(self, key: tuple[str, str, str], less: Optional[tuple]) -> float:
+        """`_lp` of the trigram `key`, with the left-out counts of `_left_out`: the same
+        arithmetic in the same order, hence the same float. (A two-word context is looked up
+        only when its last word is a context: every (a, b) context of the corpus has b as one.)"""
         a, b, w = key
-        found = self._counts_of.get(key)
-        if found is None:
-            if len(self._counts_of) >= 1 << 20:  # bounded: a long run meets new trigrams forever
-                self._counts_of.clear()
-            counts_get, stats_get = self.counts.get, self.stats.get
-            found = self._counts_of[key] = (counts_get((w,), 0), stats_get((b,)), counts_get((b, w), 0),
-                                            stats_get((a, b)), counts_get(key, 0))
-        uni, st1, bi, st2, tri = found
-        if split is None:
+        counts_get = self.counts.get
+        uni, st1 = self.unigrams.get(w, 0), self.stats1.get(b)
+        if less is None:
             p = (uni + 1) / self.denominator
             if st1:
-                p = (bi + st1[1] * p) / (st1[0] + st1[1])
+                p = (counts_get((b, w), 0) + st1[1] * p) / (st1[0] + st1[1])
+                st2 = self.stats.get((a, b))
                 if st2:
-                    p = (tri + st2[1] * p) / (st2[0] + st2[1])
+                    p = (counts_get(key, 0) + st2[1] * p) / (st2[0] + st2[1])
             return math.log(p)
-        less_uni, less_bi, less_tri, less_ctx1, less_ctx2, less_types1, less_types2, less_total = split
-        p = (uni - less_uni(w, 0) + 1) / (self.denominator - less_total)
+        less_uni, denominator, less_gram, context1, context2 = less
+        p = (uni - less_uni(w, 0) + 1) / denominator
         if st1:
-            hc = st1[0] - less_ctx1(b, 0)
+            hc, t = context1(b, st1)
             if hc > 0:
-                t = st1[1] - less_types1(b, 0)
-                p = (bi - less_bi((b, w), 0) + t * p) / (hc + t)
-        if st2:
-            hc = st2[0] - less_ctx2((a, b), 0)
-            if hc > 0:
-                t = st2[1] - less_types2((a, b), 0)
-                p = (tri - less_tri(key, 0) + t * p) / (hc + t)
+                bigram = (b, w)
+                p = (counts_get(bigram, 0) - less_gram(bigram, 0) + t * p) / (hc + t)
+            st2 = self.stats.get((a, b))
+            if st2:
+                hc, t = context2((a, b), st2)
+                if hc > 0:
+                    p = (counts_get(key, 0) - less_gram(key, 0) + t * p) / (hc + t)
         return math.log(p)
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -209,23 +258,6 @@ class NgramLM:
     def from_json_dict(cls, data: dict[str, Any]) -> "NgramLM":
         return cls({tuple(k.split(" ")): int(n) for k, n in data["counts"].items()},
                    set(data.get("seen", ())))
-
-
-def _split(minus: Optional[dict]) -> Optional[tuple]:
-    """`NgramLM._minus`'s dict as the `get` of its unigram (by word), bigram, trigram, context
-    total (by word / word pair) and context type counts, and its unigram total."""
-    if not minus:
-        return None
-    parts: list[dict] = [{} for _ in range(7)]
-    for key, n in minus.items():
-        if key == "#":
-            continue
-        if key[0] in (_CTX, _TYPES):
-            h = key[1:]
-            parts[(3 if key[0] == _CTX else 5) + (len(h) - 1)][h[0] if len(h) == 1 else h] = n
-        else:
-            parts[len(key) - 1][key[0] if len(key) == 1 else key] = n
-    return (*(part.get for part in parts), minus["#"])
 
 
 def _grams(toks: list[str]):

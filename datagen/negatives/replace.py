@@ -31,6 +31,7 @@ FIXED_BEFORE_PREP = lexicon.words("fixed_before_prep")  # "next to", "close to",
 CONTRASTS: dict[str, str] = lexicon.lexicon()["relation_contrasts"]
 
 _FALLBACK: Optional[Vocabulary] = None
+_MATES = {group: frozenset(words.split()) for group, words in ATTRIBUTE_GROUPS.items()}
 
 
 def vocab_or_builtin(vocab: Optional[Vocabulary]) -> Vocabulary:
@@ -133,7 +134,7 @@ def replace_att(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
         if group is None:
             new = voc.sample(rng, buckets, word, avoid=v.lemmas)
         else:
-            mates = set(ATTRIBUTE_GROUPS[group].split())
+            mates = _MATES[group]
             new = voc.sample(rng, buckets, word, avoid=v.lemmas, keep=mates)
             if new is None:  # the corpus lacks group mates: use the group list itself
                 new = Vocabulary({"g": [(w, 1) for w in sorted(mates)]}).sample(

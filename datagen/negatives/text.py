@@ -179,6 +179,19 @@ _AN_NUMBERS = re.compile(r"^(8|1[18](\D|$|\d\d(\D|$)))")
 
 
 def article_for(word: str) -> str:
+    """`a` or `an` before `word` (by sound: "an hour", "a unicorn", "an 8")."""
+    found = _ARTICLE_OF.get(word)
+    if found is None:
+        if len(_ARTICLE_OF) >= 1 << 16:
+            _ARTICLE_OF.clear()
+        found = _ARTICLE_OF[word] = _article_for(word)
+    return found
+
+
+_ARTICLE_OF: dict[str, str] = {}  # word -> its article, remembered (`render` asks ~40 times a caption)
+
+
+def _article_for(word: str) -> str:
     w = word.lower()
     if w[:1].isdigit():
         return "an" if _AN_NUMBERS.match(w) else "a"
@@ -199,7 +212,8 @@ def render(seq: list[tuple[str, str]], cap: bool) -> str:
     for i, w in enumerate(words):
         if w in _ARTICLES and i < last and words[i + 1][:1].isalnum():
             want = article_for(words[i + 1])
-            words[i] = want.upper() if w.isupper() and len(w) > 1 else match_case(want, w)
+            words[i] = want if w == "a" or w == "an" else (  # match_case(want, w) for these
+                want.upper() if w.isupper() and len(w) > 1 else match_case(want, w))
     text = "".join([w + s for w, (_, s) in zip(words, seq)]).strip()
     if cap == "upper":
         text = text.upper()

@@ -66,6 +66,7 @@ def crude_lemma(word: str) -> str:
     return w
 
 
+@lru_cache(maxsize=1 << 18)  # asked for the same pairs again and again by `Vocabulary.sample`
 def is_synonym(a: str, b: str) -> bool:
     """True when `b` must not replace `a`: same word, same crude lemma, one synonym group, or
     one a hypernym of the other (car / vehicle: "a vehicle" is still true of a car)."""
@@ -135,6 +136,9 @@ class Vocabulary:
         self.fallback = fallback  # asked when no bucket of this one has a usable word
         self._cum: dict[str, tuple[list[str], list[int]]] = {}
         self._positions: dict[str, dict[str, int]] = {}
+        self._kept_cache: dict[tuple, tuple[list[str], list[int]]] = {}  # see `_kept`
+        self._with_sets: dict[str, frozenset[str]] = {}  # see `_with_words`
+        self._unions: dict[tuple[str, ...], frozenset[str]] = {}  # object lemmas -> `company`
         self._company: tuple = (None, {})  # the last View asked about, its sets by skipped chunk
 
     @classmethod
@@ -175,20 +179,30 @@ class Vocabulary:
                 buckets[name] = keep
         return cls(buckets, fallback=builtin_vocabulary(), lm=NgramLM.train(texts))
 
-    def company(self, v: View, skip: int = -1) -> set[str]:
+    def company(self, v: View, skip: int = -1) -> frozenset[str]:
         """Nouns seen in the corpus with the caption's object nouns (chunk `skip` left out);
         remembered for the last caption asked about (its rules ask again and again)."""
         if self._company[0] is not v:
             self._company = (v, {})
         known = self._company[1]
         if skip in known:
-            return set(known[skip])
-        out: set[str] = set()
-        for k, c in enumerate(v.chunks):
-            if k != skip and v.tags[c.head] in ("NN", "NNS"):
-                out.update(w for w, _ in self.buckets.get(f"with/{crude_lemma(v.lower[c.head])}", ()))
-        known[skip] = frozenset(out)
-        return out
+            return known[skip]
+        lemmas = tuple(crude_lemma(v.lower[c.head]) for k, c in enumerate(v.chunks)
+                       if k != skip and v.tags[c.head] in ("NN", "NNS"))
+        found = self._unions.get(lemmas)  # the same objects come together in many captions
+        if found is None:
+            if len(self._unions) >= 1 << 14:
+                self._unions.clear()
+            found = self._unions[lemmas] = frozenset().union(*map(self._with_words, lemmas))
+        known[skip] = found
+        return found
+
+    def _with_words(self, lemma: str) -> frozenset[str]:
+        """The words of bucket `with/<lemma>` (remembered: `company` unions them per caption)."""
+        found = self._with_sets.get(lemma)
+        if found is None:
+            found = self._with_sets[lemma] = frozenset(w for w, _ in self.buckets.get(f"with/{lemma}", ()))
+        return found
 
     def words(self, bucket: str) -> list[str]:
         return [w for w, _ in self.buckets.get(bucket, ())]
@@ -206,11 +220,9 @@ class Vocabulary:
             if not entries or len(entries) < 2:
                 continue
             if keep is not None:
-                index = self._index(bucket)
-                entries = [entries[i] for i in sorted(index[w] for w in keep if w in index)]
-                if not entries:
+                words, cum = self._kept(bucket, keep)
+                if not words:
                     continue
-                words, cum = [w for w, _ in entries], list(accumulate(n for _, n in entries))
             else:
                 words, cum = self._cumulative(bucket)
             total, hi = cum[-1] + 0.0, len(cum) - 1
@@ -227,6 +239,22 @@ class Vocabulary:
         if bucket not in self._positions:
             self._positions[bucket] = {w: i for i, (w, _) in enumerate(self.buckets[bucket])}
         return self._positions[bucket]
+
+    def _kept(self, bucket: str, keep: frozenset[str] | set[str]) -> tuple[list[str], list[int]]:
+        """The words of `bucket` that are in `keep`, in the bucket's order, and their cumulative
+        counts; remembered for a frozenset `keep` (a caption's `company` or an attribute
+        group, asked about again and again), recomputed for any other."""
+        cache_key = (bucket, keep) if isinstance(keep, frozenset) else None
+        found = self._kept_cache.get(cache_key) if cache_key else None
+        if found is None:
+            index, entries = self._index(bucket), self.buckets[bucket]
+            entries = [entries[i] for i in sorted(map(index.__getitem__, index.keys() & keep))]
+            found = [w for w, _ in entries], list(accumulate(n for _, n in entries))
+            if cache_key:
+                if len(self._kept_cache) >= 1 << 14:
+                    self._kept_cache.clear()
+                self._kept_cache[cache_key] = found
+        return found
 
     def _cumulative(self, bucket: str) -> tuple[list[str], list[int]]:
         if bucket not in self._cum:
