@@ -30,7 +30,7 @@ from datagen.negatives.replace import vocab_or_builtin
 from datagen.negatives.swap import pick
 from datagen.negatives.text import article_for, insert_at, render, view
 from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, POSITION_NOUNS,
-                                     crude_lemma, is_part_noun, is_synonym, noun_roles)
+                                     crude_lemma, is_part_noun, noun_roles, synonyms_among)
 from datagen.schema import Negative
 
 _PLURAL_AUX = {"is": "are", "was": "were", "has": "have", "'s": "are"}
@@ -66,9 +66,22 @@ def _bucket_set(voc, bucket: str, template: str, noun: str | None) -> frozenset:
     cache = voc.__dict__.setdefault("_add_bucket_sets", {})
     key = (bucket, template in TEMPLATES[3:], noun)
     if key not in cache:
-        words = [w for w in voc.words(bucket) if _addable(w, template)]
-        cache[key] = frozenset(words if noun is None else [w for w in words if is_synonym(noun, w)])
+        if noun is None:
+            cache[key] = frozenset(w for w in voc.words(bucket) if _addable(w, template))
+        else:
+            words = _bucket_set(voc, bucket, template, None)
+            if ("lemmas",) + key[:2] not in cache:
+                cache[("lemmas",) + key[:2]] = _by_lemma(words)
+            by_lemma = cache[("lemmas",) + key[:2]]
+            cache[key] = synonyms_among(noun, words, by_lemma)
     return cache[key]
+
+
+def _by_lemma(words: frozenset[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for w in words:
+        out.setdefault(crude_lemma(w), []).append(w)
+    return out
 
 
 @lru_cache(maxsize=1 << 16)

@@ -98,11 +98,18 @@ def _class_sets(voc, buckets: tuple, cls, need, kind) -> tuple[set, set]:
     cache = voc.__dict__.setdefault("_replace_class_sets", {})
     key = (buckets, cls, need, kind)
     if key not in cache:
-        categories = lexicon.categories()
-        same = {w for b in buckets for w in voc.words(b) if noun_class(w) == cls
-                and fits(animacy(w), need)}
-        mates = {w for w in same if (categories.get(crude_lemma(w)) or categories.get(w)) == kind} \
-            if kind is not None else set()
+        classes = voc.__dict__.setdefault("_replace_word_classes", {})
+        same, mates = set(), set()
+        for b in buckets:
+            if b not in classes:  # (word, class, animacy, kind of thing) of every noun of the bucket
+                categories = lexicon.categories()
+                classes[b] = [(w, noun_class(w), animacy(w), categories.get(crude_lemma(w)) or categories.get(w))
+                              for w in voc.words(b)]
+            for w, c, a, k in classes[b]:
+                if c == cls and fits(a, need):
+                    same.add(w)
+                    if kind is not None and k == kind:
+                        mates.add(w)
         cache[key] = (frozenset(same), frozenset(mates))
     return cache[key]
 
