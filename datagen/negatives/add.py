@@ -1,10 +1,17 @@
 """Add negatives: one more object or attribute, inserted where the caption stays fluent.
 
-- `obj`: "X" -> "X and a Y" after a noun chunk, Y a corpus noun seen in one caption with X
-  (`with/<X>`), else in the same role (after the same preposition or verb); a following `is/was/has` (also after "that" / "who" / "which")
-  becomes `are/were/have`, and a subject chunk whose verb comes later or is another
-  present-tense verb is left alone (no agreement rule for it). Positional / partitive chunks
-  ("the top", "a piece of") get nothing added.
+- `obj`: one of five placements (`TEMPLATES`), the candidates shuffled by the caption's rng:
+  "X and a Y", "a Y and X" or "X with a Y" for the subject (a chunk that starts the caption),
+  "... next to a Y" / "... near a Y" after a caption that ends on an object not already "next
+  to" something. Y is a corpus noun seen in one caption with X (`with/<X>`), else in the same
+  role, by frequency; never scenery, an event or a place (`scenery` in the lexicon, the places
+  of `swap_categories`: "a dog with a street"), never a synonym or hypernym of a noun of the
+  caption. With "and", a following `is/was/has` (also after "that" / "who" / "which") becomes
+  `are/were/have`; a co-subject must be able to do what X does (`guards.verb_need`: not "A
+  pizza and two men playing"), and a subject whose verb is another present-tense verb or comes
+  later is left alone (no agreement rule for it). Positional / partitive chunks ("the top", "a
+  piece of") get nothing added. "X and a Y" after any chunk (the old rule) was a telltale
+  template and often no scene ("riding a man and a horse").
 - `att`: an adjective inside a chunk, after its determiners, possessor ("a person's") and
   quantity words ("several", "different"), in English adjective order by attribute group (size
   before age before colour before material: "a large white bowl", not "a white large bowl"),
@@ -14,13 +21,16 @@
 from __future__ import annotations
 
 import random
+from functools import lru_cache
 
+from datagen.negatives import lexicon
 from datagen.negatives.base import register_negative
+from datagen.negatives.guards import animacy, fits, subject_verb, verb_need
 from datagen.negatives.replace import vocab_or_builtin
 from datagen.negatives.swap import pick
 from datagen.negatives.text import article_for, insert_at, render, view
 from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, POSITION_NOUNS,
-                                     crude_lemma, is_part_noun, noun_roles)
+                                     crude_lemma, is_part_noun, noun_roles, synonyms_among)
 from datagen.schema import Negative
 
 _PLURAL_AUX = {"is": "are", "was": "were", "has": "have", "'s": "are"}
@@ -33,20 +43,115 @@ def _order(adj: str) -> int:
     return _ORDER.get(ATTRIBUTE_OF.get(adj, ""), 0)
 
 
+# Where and how an object is added (`add_obj`): after a chunk, before it, with "with", or as a
+# place at the end of the caption (SugarCrepe's LLM-written additions vary the same way).
+TEMPLATES = ("and", "before", "with", "next to", "near")
+
+
+def _end(v) -> int:
+    """The token after the caption's last word (before closing punctuation)."""
+    end = len(v)
+    while end > 0 and v.pos[end - 1] == "PUNCT":
+        end -= 1
+    return end
+
+
+SCENERY = lexicon.words("scenery")
+_NEAR = {"next", "near", "beside", "by"}  # "next to a map next to a cake": one neighbour is enough
+
+
+def _bucket_set(voc, bucket: str, template: str, noun: str | None) -> frozenset:
+    """The addable words of a bucket (`noun` None), or those of them that are a synonym or
+    hypernym of `noun`; remembered on the vocabulary."""
+    cache = voc.__dict__.setdefault("_add_bucket_sets", {})
+    key = (bucket, template in TEMPLATES[3:], noun)
+    if key not in cache:
+        if noun is None:
+            cache[key] = frozenset(w for w in voc.words(bucket) if _addable(w, template))
+        else:
+            words = _bucket_set(voc, bucket, template, None)
+            if ("lemmas",) + key[:2] not in cache:
+                cache[("lemmas",) + key[:2]] = _by_lemma(words)
+            by_lemma = cache[("lemmas",) + key[:2]]
+            cache[key] = synonyms_among(noun, words, by_lemma)
+    return cache[key]
+
+
+def _by_lemma(words: frozenset[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for w in words:
+        out.setdefault(crude_lemma(w), []).append(w)
+    return out
+
+
+@lru_cache(maxsize=1 << 16)
+def _addable(word: str, template: str) -> bool:
+    """An object one can add: no scenery or event ("a dog with a street", "next to the sky",
+    "next to a game") and no place ("a cat and a kitchen", "next to a room")."""
+    if word in SCENERY or crude_lemma(word) in SCENERY:
+        return False
+    return lexicon.categories().get(crude_lemma(word)) != "place"
+
+
+def _draw(voc, rng: random.Random, buckets: list[str], head: str, nouns: list[str], avoid,
+          template: str) -> str | None:
+    """A noun from the first bucket that has one, by corpus frequency: addable, not in the
+    caption, and no synonym or hypernym of any of its nouns ("a woman holding a pizza and a
+    lady")."""
+    for bucket in buckets:
+        keep = None
+        if hasattr(voc, "words"):
+            keep = _bucket_set(voc, bucket, template, None).difference(
+                *(_bucket_set(voc, bucket, template, n) for n in nouns))
+        if keep == set():
+            continue
+        new = voc.sample(rng, [bucket], head, avoid=avoid, keep=keep)
+        if new is not None:
+            return new
+    return None
+
+
 @register_negative("add", "obj")
 def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v, voc = view(doc), vocab_or_builtin(vocab)
     chunks = [c for c in v.chunks if v.lower[c.head].isalpha() and v.tags[c.head] in ("NN", "NNS")
               and not is_part_noun(v, c)
               and (c.end == len(v) or v.tags[c.end] not in ("CC", ",", "HYPH", "POS"))]
+    end = _end(v)
+    nouns = [v.lower[c.head] for c in v.chunks]
+    cands = []
+    for c in chunks:
+        # the subject (the caption's first words) only: "riding a man and a horse", "wearing a
+        # hat and a table" show that an object of a verb rarely takes a companion
+        if c.start == 0 and _addable(v.lower[c.head], "and"):  # "a dog and a cat are ..."
+            cands += [(c, "and"), (c, "before")]
+            if c.end == len(v) or v.lower[c.end] != "with":
+                cands.append((c, "with"))
+    last = v.chunk_at[end - 1] if end > 0 else -1
+    if chunks and last >= 0 and not _NEAR & set(v.lower[max(0, v.chunks[last].start - 2):v.chunks[last].start]):
+        cands += [(v.chunks[last], t) for t in TEMPLATES[3:]]  # ends on an object: a neighbour
 
-    def build(c):
+    def build(ct):
+        c, template = ct
         roles = noun_roles(v, c)
         buckets = [f"with/{crude_lemma(v.lower[c.head])}"] + [f"noun/NN/{role}" for role in roles]
-        new = voc.sample(rng, buckets, v.lower[c.head], avoid=v.lemmas)
+        new = _draw(voc, rng, buckets, v.lower[c.head], nouns, v.lemmas, template)
         if new is None:
             return None
-        pieces = insert_at(v, c.end, ["and", article_for(new), new])
+        if template in ("and", "before"):  # a co-subject must be able to do what X does
+            verb = subject_verb(v, c, c.start == 0)
+            if verb is not None and (not fits(animacy(new), verb_need(v.lower[verb]))
+                                     or (c.start == 0 and v.tags[verb] == "VBZ")):
+                return None  # "A pizza and two men playing a video game", "a man and a plane flies"
+        phrase = [article_for(new), new]
+        if template in TEMPLATES[3:]:  # a thing beside the last object
+            return render(insert_at(v, end, [*template.split(), *phrase]), v.cap)
+        if template == "with":
+            return render(insert_at(v, c.end, ["with", *phrase]), v.cap)
+        if template == "before":
+            pieces = insert_at(v, c.start, [*phrase, "and"])
+        else:
+            pieces = insert_at(v, c.end, ["and", *phrase])
         if c.end < len(v) and "_subj" in roles:
             aux = c.end + (v.lower[c.end] in _RELATIVE and c.end + 1 < len(v))
             if v.lower[aux] in _PLURAL_AUX:
@@ -54,7 +159,7 @@ def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
             elif any(t == "VBZ" or w in _PLURAL_AUX for t, w in zip(v.tags[c.end:], v.lower[c.end:])):
                 return None  # "a horse with a mane is ...": the verb is too far to agree
         return render(pieces, v.cap)
-    return pick(v, rng, chunks * limit, build, "add", "obj", limit)
+    return pick(v, rng, cands, build, "add", "obj", limit)
 
 
 @register_negative("add", "att")

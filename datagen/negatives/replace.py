@@ -6,9 +6,9 @@ of the replaced word and never a word already in the caption:
 
 | sub-kind | replaces                                   | drawn from                                  |
 |----------|--------------------------------------------|---------------------------------------------|
-| `obj`    | a chunk's head noun (NN or NNS)            | nouns of that tag after the same governor ("on a [bench]"), preferring nouns seen with the caption's other objects |
+| `obj`    | a chunk's head noun (NN or NNS)            | nouns of that tag after the same governor ("on a [bench]"), of the same class (person / animal / thing / place) and fitting the subject's verb, one kind of thing first, then nouns seen with the caption's other objects |
 | `att`    | an adjective                               | its attribute group (colour -> colour), else adjectives seen with the same head noun |
-| `rel`    | a verb (same tag) or a relation preposition | verbs seen before the same object noun; prepositions |
+| `rel`    | a verb (same tag) or a relation preposition | verbs seen before the same object noun or preposition (none without one), fitting the subject; prepositions from `relation_contrasts` (on -> under, with -> without) |
 """
 from __future__ import annotations
 
@@ -16,16 +16,19 @@ import random
 from typing import Optional
 
 from datagen.negatives.base import register_negative
-from datagen.negatives.swap import pick, remembered
+from datagen.negatives.swap import pick
 from datagen.negatives.text import View, match_case, render, replace_at, view
 from datagen.negatives import lexicon
+from datagen.negatives.guards import animacy, fits, noun_class, subject_verb, verb_need
 from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, PREP_STOP, Vocabulary,
-                                     builtin_vocabulary, is_part_noun, noun_roles, verb_roles)
+                                     builtin_vocabulary, crude_lemma, is_part_noun, noun_roles,
+                                     verb_roles)
 from datagen.schema import Negative
 
 # "on top of", "in front of", "at the edge of": the preposition is part of a fixed phrase.
 FIXED_AFTER_PREP = lexicon.words("fixed_after_prep")
 FIXED_BEFORE_PREP = lexicon.words("fixed_before_prep")  # "next to", "close to", "out of"
+CONTRASTS: dict[str, str] = lexicon.lexicon()["relation_contrasts"]
 
 _FALLBACK: Optional[Vocabulary] = None
 _MATES = {group: frozenset(words.split()) for group, words in ATTRIBUTE_GROUPS.items()}
@@ -55,24 +58,60 @@ def _replace(v: View, i: int, word: Optional[str]) -> Optional[str]:
 @register_negative("replace", "obj")
 def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v, voc = view(doc), vocab_or_builtin(vocab)
-    chunks = [k for k, c in enumerate(v.chunks) if v.tags[c.head] in ("NN", "NNS") and _plain(v, c.head)
+    categories = lexicon.categories()
+    chunks = [c for c in v.chunks if v.tags[c.head] in ("NN", "NNS") and _plain(v, c.head)
               and c.noun_start == c.head and not is_part_noun(v, c) and not _compound_next(v, c)]
 
-    @remembered  # each chunk is drawn up to `limit` times
-    def buckets_of(k):
-        c = v.chunks[k]
-        return [f"noun/{v.tags[c.head]}/{role}" for role in noun_roles(v, c)]
-
-    def build(k):
-        c, buckets = v.chunks[k], buckets_of(k)
-        company = voc.company(v, skip=k) if hasattr(voc, "company") else set()
-        new = None
-        if company:  # a noun seen with the caption's other objects, in the same role
-            new = voc.sample(rng, buckets, v.lower[c.head], avoid=v.lemmas, keep=company)
-        if new is None:
-            new = voc.sample(rng, buckets, v.lower[c.head], avoid=v.lemmas)
-        return _replace(v, c.head, new)
+    def build(c):
+        buckets = [f"noun/{v.tags[c.head]}/{role}" for role in noun_roles(v, c)]
+        specific, general = buckets[:-1], buckets[-1:]  # the role's nouns, then all ("*")
+        company = voc.company(v, skip=v.chunks.index(c)) if hasattr(voc, "company") else set()
+        head = v.lower[c.head]
+        cls, kind = noun_class(head), categories.get(crude_lemma(head)) or categories.get(head)
+        verb = subject_verb(v, c, c.start == 0)
+        need = verb_need(v.lower[verb]) if verb is not None else None
+        same, mates = _class_sets(voc, tuple(buckets), cls, need, kind)
+        # one kind of thing first (a cup for a bowl), then one class (a person for a person, a
+        # place for a place, a thing for a thing), nouns seen with the caption's other objects
+        # and in the same role first; never a person for a thing ("A cow holding an umbrella")
+        for group, keep in ((specific, mates & company), (specific, mates), (specific, same & company),
+                            (specific, same), (general, mates & company), (general, mates),
+                            (general, same & company)):
+            if group and keep:
+                new = voc.sample(rng, group, head, avoid=v.lemmas, keep=keep)
+                if new is not None:
+                    return _replace(v, c.head, new)
+        fallback = getattr(voc, "fallback", None)
+        if fallback is not None and all(crude_lemma(w) in v.lemmas for w in same):
+            # the corpus has no other noun of that class (a tiny corpus): built-in ones
+            keep, _ = _class_sets(fallback, tuple(buckets), cls, need, None)
+            return _replace(v, c.head, fallback.sample(rng, buckets, head, avoid=v.lemmas,
+                                                       keep=set(keep)) if keep else None)
+        return None
     return pick(v, rng, chunks * limit, build, "replace", "obj", limit)
+
+
+def _class_sets(voc, buckets: tuple, cls, need, kind) -> tuple[set, set]:
+    """The nouns of `buckets` of class `cls` that can be the subject of a verb needing `need`
+    ("A pole wearing a pointy pink shoe" is out), and those of them of one kind `kind`;
+    remembered on the vocabulary (captions ask for the same few combinations again and again)."""
+    cache = voc.__dict__.setdefault("_replace_class_sets", {})
+    key = (buckets, cls, need, kind)
+    if key not in cache:
+        classes = voc.__dict__.setdefault("_replace_word_classes", {})
+        same, mates = set(), set()
+        for b in buckets:
+            if b not in classes:  # (word, class, animacy, kind of thing) of every noun of the bucket
+                categories = lexicon.categories()
+                classes[b] = [(w, noun_class(w), animacy(w), categories.get(crude_lemma(w)) or categories.get(w))
+                              for w in voc.words(b)]
+            for w, c, a, k in classes[b]:
+                if c == cls and fits(a, need):
+                    same.add(w)
+                    if kind is not None and k == kind:
+                        mates.add(w)
+        cache[key] = (frozenset(same), frozenset(mates))
+    return cache[key]
 
 
 def _compound_next(v: View, c) -> bool:
@@ -120,11 +159,19 @@ def replace_rel(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
             and (i + 1 == len(v) or v.lower[i + 1] not in FIXED_AFTER_PREP)
             and (i == 0 or v.lower[i - 1] not in FIXED_BEFORE_PREP)))]
 
+    subject = animacy(v.lower[v.chunks[0].head]) if v.chunks and v.chunks[0].start == 0 else None
+    subject_verb_at = subject_verb(v, v.chunks[0], True) if v.chunks and v.chunks[0].start == 0 else None
+
     def build(i):
         word = v.lower[i]
-        if v.pos[i] == "VERB":
-            buckets = [f"verb/{v.tags[i]}/{role}" for role in verb_roles(v, i)]
-        else:
-            buckets = ["prep/*"]
-        return _replace(v, i, voc.sample(rng, buckets, word, avoid=v.lemmas))
+        if v.pos[i] != "VERB":  # a preposition: only one that changes the scene (on -> under)
+            others = sorted(set(CONTRASTS.get(word, "").split()) - v.lemmas)
+            return _replace(v, i, rng.choice(others)) if others else None
+        # a verb seen with the same object or preposition ("swinging" a racket), never one
+        # that needs another kind of subject ("A stop sign holding"), no role-less guess
+        buckets = [f"verb/{v.tags[i]}/{role}" for role in verb_roles(v, i) if role != "*"]
+        keep = None
+        if i == subject_verb_at:
+            keep = {w for b in buckets for w in voc.words(b) if fits(subject, verb_need(w))}
+        return _replace(v, i, voc.sample(rng, buckets, word, avoid=v.lemmas, keep=keep))
     return pick(v, rng, slots * limit, build, "replace", "rel", limit)

@@ -79,6 +79,25 @@ def is_synonym(a: str, b: str) -> bool:
     return is_hypernym(a, b) or is_hypernym(b, a)
 
 
+_MEMBERS: dict[int, list[str]] = {}
+for _w, _i in _GROUP_OF.items():
+    _MEMBERS.setdefault(_i, []).append(_w)
+
+
+def synonyms_among(noun: str, words: frozenset[str], by_lemma: dict[str, list[str]]) -> frozenset[str]:
+    """The words `w` of `words` with `is_synonym(noun, w)`, without testing every word: only the
+    few that can be (same crude lemma, one synonym group, a hypernym list naming one or the
+    other) are tested. `by_lemma`: `words` by their `crude_lemma`."""
+    n = noun.lower()
+    names = {crude_lemma(n), *_MEMBERS.get(_GROUP_OF.get(n, -1), ())}
+    names.update(_HYPERNYMS.get(n) or _HYPERNYMS.get(crude_lemma(n)) or ())
+    names.update(_HYPERNYMS)  # a word of `words` that is itself a general term ("animal")
+    candidates = {w for name in names for w in ((name,) if name in words else ())}
+    candidates.update(w for name in names for w in by_lemma.get(name, ()))
+    candidates.update(w for w in _MEMBERS.get(_GROUP_OF.get(n, -1), ()) if w in words)
+    return frozenset(w for w in candidates if is_synonym(n, w))
+
+
 def is_hypernym(general: str, word: str) -> bool:
     """`general` covers `word` in the lexicon's hypernym lists (plurals by crude lemma)."""
     covered = _HYPERNYMS.get(general) or _HYPERNYMS.get(crude_lemma(general))
