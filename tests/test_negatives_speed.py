@@ -74,6 +74,24 @@ def _texts(seed: int, n: int) -> list[str]:
         + ["A man's dog, isn't it?", "  Two\tcats\x1c\x1fon a MAT. ", "", "Café İstanbul", "8 o'clock"])
 
 
+def test_synonyms_among_equals_testing_every_word():
+    """add:obj's fast path (the lexicon's few candidates) finds exactly the words a test of every
+    word finds, for nouns with a synonym group, a hypernym list, a plural and none."""
+    from datagen.negatives.lexicon import hypernyms
+    from datagen.negatives.vocab import crude_lemma, is_synonym, synonyms_among
+    words = set(SYNONYM_WORDS) | {w for ws in hypernyms().values() for w in ws} | set(hypernyms())
+    words |= {w + "s" for w in list(words)} | {"dog", "Dogs", "table", "tables", "sofa", "pizza"}
+    words = frozenset(words)
+    by_lemma: dict = {}
+    for w in words:
+        by_lemma.setdefault(crude_lemma(w), []).append(w)
+    for noun in ["car", "cars", "vehicle", "animal", "duck", "man", "guy", "couch", "dog", "pizza", "zebra", "xyz"]:
+        assert synonyms_among(noun, words, by_lemma) == {w for w in words if is_synonym(noun, w)}, noun
+
+
+SYNONYM_WORDS = ["man", "guy", "gentleman", "couch", "sofa", "picture", "photo", "image", "big", "large"]
+
+
 def test_tokens_and_normalise_fast_paths_equal_the_regular_expressions():
     for text in _texts(0, 20_000):
         assert tokens(text) == _TOKEN.findall(text.lower()), repr(text)

@@ -92,9 +92,8 @@ def synonyms_among(noun: str, words: frozenset[str], by_lemma: dict[str, list[st
     names = {crude_lemma(n), *_MEMBERS.get(_GROUP_OF.get(n, -1), ())}
     names.update(_HYPERNYMS.get(n) or _HYPERNYMS.get(crude_lemma(n)) or ())
     names.update(_HYPERNYMS)  # a word of `words` that is itself a general term ("animal")
-    candidates = {w for name in names for w in ((name,) if name in words else ())}
+    candidates = {name for name in names if name in words}
     candidates.update(w for name in names for w in by_lemma.get(name, ()))
-    candidates.update(w for w in _MEMBERS.get(_GROUP_OF.get(n, -1), ()) if w in words)
     return frozenset(w for w in candidates if is_synonym(n, w))
 
 
