@@ -25,7 +25,7 @@ from functools import lru_cache
 
 from datagen.negatives import lexicon
 from datagen.negatives.base import register_negative
-from datagen.negatives.guards import animacy, fits, subject_verb, verb_need
+from datagen.negatives.guards import SCENERY, animacy, fits, subject_verb, verb_need
 from datagen.negatives.replace import vocab_or_builtin
 from datagen.negatives.swap import pick
 from datagen.negatives.text import article_for, insert_at, render, view
@@ -56,7 +56,6 @@ def _end(v) -> int:
     return end
 
 
-SCENERY = lexicon.words("scenery")
 _NEAR = {"next", "near", "beside", "by"}  # "next to a map next to a cake": one neighbour is enough
 
 
