@@ -500,6 +500,19 @@ def start_metrics_main(argv: list[str]) -> int:
     return 0
 
 
+def check_model_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """`--arch` and `--size` are checked before the world is built (one line, exit 2)."""
+    from compclip.cli import InputError
+    from datagen.world.cli import MIN_SIZE
+    from models.load import resolve_model
+    if args.size < MIN_SIZE:
+        parser.error(f"--size {args.size}: images need at least {MIN_SIZE} pixels a side")
+    try:
+        resolve_model(args.arch, None)
+    except InputError as err:
+        parser.error(f"--arch: {err}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["start-metrics"]:
@@ -525,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     args.recipes = [r for r in FINETUNES if r in args.recipes or r == "demo_clip_ft"]
     out = (ROOT / args.out) if not Path(args.out).is_absolute() else Path(args.out)
     sys.path.insert(0, str(ROOT))
+    check_model_options(parser, args)
     t0 = time.time()
     seeds = [Seed(out, s, args) for s in args.seeds]
     for seed in seeds:

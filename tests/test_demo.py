@@ -213,3 +213,13 @@ def test_start_metrics_overrides_pass_the_recipe_checks(demo):
         recipe = load_recipe(str(ROOT / "recipes" / f"{name}.yaml"), list(demo.START_OVERRIDES))
         assert not recipe.eval.benchmarks
         check_best_metric(recipe)
+
+
+def test_bad_arch_or_size_stops_before_anything_is_written(demo, tmp_path, capsys):
+    for bad in (["--arch", "demo-vit-69"], ["--size", "4"]):
+        with pytest.raises(SystemExit) as exit_:
+            demo.main(bad + ["--out", str(tmp_path / "out")])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and bad[0] in err, err
+    assert not (tmp_path / "out").exists()
