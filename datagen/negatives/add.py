@@ -30,7 +30,8 @@ from datagen.negatives.replace import vocab_or_builtin
 from datagen.negatives.swap import pick
 from datagen.negatives.text import article_for, insert_at, render, view
 from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, POSITION_NOUNS,
-                                     crude_lemma, is_part_noun, noun_roles, synonyms_among)
+                                     crude_lemma, general_terms, is_part_noun, noun_roles,
+                                     synonyms_among)
 from datagen.schema import Negative
 
 _PLURAL_AUX = {"is": "are", "was": "were", "has": "have", "'s": "are"}
@@ -59,21 +60,38 @@ def _end(v) -> int:
 _NEAR = {"next", "near", "beside", "by"}  # "next to a map next to a cake": one neighbour is enough
 
 
-def _bucket_set(voc, bucket: str, template: str, noun: str | None) -> frozenset:
+def _bucket_set(voc, bucket: str, noun: str | None) -> frozenset:
     """The addable words of a bucket (`noun` None), or those of them that are a synonym or
     hypernym of `noun`; remembered on the vocabulary."""
     cache = voc.__dict__.setdefault("_add_bucket_sets", {})
-    key = (bucket, template in TEMPLATES[3:], noun)
+    key = (bucket, noun)
     if key not in cache:
         if noun is None:
-            cache[key] = frozenset(w for w in voc.words(bucket) if _addable(w, template))
+            cache[key] = frozenset(w for w in voc.words(bucket) if _addable(w))
         else:
-            words = _bucket_set(voc, bucket, template, None)
-            if ("lemmas",) + key[:2] not in cache:
-                cache[("lemmas",) + key[:2]] = _by_lemma(words)
-            by_lemma = cache[("lemmas",) + key[:2]]
-            cache[key] = synonyms_among(noun, words, by_lemma)
+            words = _bucket_set(voc, bucket, None)
+            if ("lemmas", bucket) not in cache:
+                by_lemma = _by_lemma(words)
+                cache[("lemmas", bucket)] = by_lemma, general_terms(words, by_lemma)
+            by_lemma, generals = cache[("lemmas", bucket)]
+            cache[key] = synonyms_among(noun, words, by_lemma, generals)
     return cache[key]
+
+
+def _without_synonyms(voc, bucket: str, nouns: tuple[str, ...]) -> frozenset:
+    """The addable words of a bucket less the synonyms and hypernyms of `nouns`; remembered on
+    the vocabulary (a caption's candidates ask for the same ones again and again)."""
+    cache = voc.__dict__.setdefault("_add_without_synonyms", {})
+    key = (bucket, nouns)
+    found = cache.get(key)
+    if found is None:
+        words = _bucket_set(voc, bucket, None)
+        drop = [s for s in (_bucket_set(voc, bucket, n) for n in nouns) if s]
+        found = words.difference(*drop) if drop else words
+        if len(cache) >= 1 << 14:
+            cache.clear()
+        cache[key] = found
+    return found
 
 
 def _by_lemma(words: frozenset[str]) -> dict[str, list[str]]:
@@ -84,7 +102,7 @@ def _by_lemma(words: frozenset[str]) -> dict[str, list[str]]:
 
 
 @lru_cache(maxsize=1 << 16)
-def _addable(word: str, template: str) -> bool:
+def _addable(word: str) -> bool:
     """An object one can add: no scenery or event ("a dog with a street", "next to the sky",
     "next to a game") and no place ("a cat and a kitchen", "next to a room")."""
     if word in SCENERY or crude_lemma(word) in SCENERY:
@@ -92,16 +110,13 @@ def _addable(word: str, template: str) -> bool:
     return lexicon.categories().get(crude_lemma(word)) != "place"
 
 
-def _draw(voc, rng: random.Random, buckets: list[str], head: str, nouns: list[str], avoid,
-          template: str) -> str | None:
+def _draw(voc, rng: random.Random, buckets: list[str], head: str, nouns: tuple[str, ...],
+          avoid) -> str | None:
     """A noun from the first bucket that has one, by corpus frequency: addable, not in the
     caption, and no synonym or hypernym of any of its nouns ("a woman holding a pizza and a
     lady")."""
     for bucket in buckets:
-        keep = None
-        if hasattr(voc, "words"):
-            keep = _bucket_set(voc, bucket, template, None).difference(
-                *(_bucket_set(voc, bucket, template, n) for n in nouns))
+        keep = _without_synonyms(voc, bucket, nouns) if hasattr(voc, "words") else None
         if keep == set():
             continue
         new = voc.sample(rng, [bucket], head, avoid=avoid, keep=keep)
@@ -117,12 +132,12 @@ def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
               and not is_part_noun(v, c)
               and (c.end == len(v) or v.tags[c.end] not in ("CC", ",", "HYPH", "POS"))]
     end = _end(v)
-    nouns = [v.lower[c.head] for c in v.chunks]
+    nouns = tuple(v.lower[c.head] for c in v.chunks)
     cands = []
     for c in chunks:
         # the subject (the caption's first words) only: "riding a man and a horse", "wearing a
         # hat and a table" show that an object of a verb rarely takes a companion
-        if c.start == 0 and _addable(v.lower[c.head], "and"):  # "a dog and a cat are ..."
+        if c.start == 0 and _addable(v.lower[c.head]):  # "a dog and a cat are ..."
             cands += [(c, "and"), (c, "before")]
             if c.end == len(v) or v.lower[c.end] != "with":
                 cands.append((c, "with"))
@@ -134,7 +149,7 @@ def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
         c, template = ct
         roles = noun_roles(v, c)
         buckets = [f"with/{crude_lemma(v.lower[c.head])}"] + [f"noun/NN/{role}" for role in roles]
-        new = _draw(voc, rng, buckets, v.lower[c.head], nouns, v.lemmas, template)
+        new = _draw(voc, rng, buckets, v.lower[c.head], nouns, v.lemmas)
         if new is None:
             return None
         if template in ("and", "before"):  # a co-subject must be able to do what X does

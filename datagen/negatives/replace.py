@@ -62,7 +62,11 @@ def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
     chunks = [c for c in v.chunks if v.tags[c.head] in ("NN", "NNS") and _plain(v, c.head)
               and c.noun_start == c.head and not is_part_noun(v, c) and not _compound_next(v, c)]
 
-    def build(c):
+    plans: dict[int, tuple] = {}
+
+    def plan(c):
+        """The chunk's buckets, class / kind sets and the (bucket group, allowed words) tries in
+        order (computed once: a chunk is drawn up to `limit` times)."""
         buckets = [f"noun/{v.tags[c.head]}/{role}" for role in noun_roles(v, c)]
         specific, general = buckets[:-1], buckets[-1:]  # the role's nouns, then all ("*")
         company = voc.company(v, skip=v.chunks.index(c)) if hasattr(voc, "company") else set()
@@ -74,13 +78,20 @@ def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
         # one kind of thing first (a cup for a bowl), then one class (a person for a person, a
         # place for a place, a thing for a thing), nouns seen with the caption's other objects
         # and in the same role first; never a person for a thing ("A cow holding an umbrella")
-        for group, keep in ((specific, mates & company), (specific, mates), (specific, same & company),
-                            (specific, same), (general, mates & company), (general, mates),
-                            (general, same & company)):
-            if group and keep:
-                new = voc.sample(rng, group, head, avoid=v.lemmas, keep=keep)
-                if new is not None:
-                    return _replace(v, c.head, new)
+        tries = [(group, keep) for group, keep in (
+            (specific, mates & company), (specific, mates), (specific, same & company),
+            (specific, same), (general, mates & company), (general, mates), (general, same & company))
+            if group and keep]
+        return buckets, head, cls, need, same, tries
+
+    def build(c):
+        if c.start not in plans:
+            plans[c.start] = plan(c)
+        buckets, head, cls, need, same, tries = plans[c.start]
+        for group, keep in tries:
+            new = voc.sample(rng, group, head, avoid=v.lemmas, keep=keep)
+            if new is not None:
+                return _replace(v, c.head, new)
         fallback = getattr(voc, "fallback", None)
         if fallback is not None and all(crude_lemma(w) in v.lemmas for w in same):
             # the corpus has no other noun of that class (a tiny corpus): built-in ones
@@ -91,27 +102,40 @@ def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
     return pick(v, rng, chunks * limit, build, "replace", "obj", limit)
 
 
-def _class_sets(voc, buckets: tuple, cls, need, kind) -> tuple[set, set]:
+def _class_sets(voc, buckets: tuple, cls, need, kind) -> tuple[frozenset, frozenset]:
     """The nouns of `buckets` of class `cls` that can be the subject of a verb needing `need`
     ("A pole wearing a pointy pink shoe" is out), and those of them of one kind `kind`;
     remembered on the vocabulary (captions ask for the same few combinations again and again)."""
     cache = voc.__dict__.setdefault("_replace_class_sets", {})
     key = (buckets, cls, need, kind)
     if key not in cache:
-        classes = voc.__dict__.setdefault("_replace_word_classes", {})
-        same, mates = set(), set()
+        same: set = set()
+        mates: set = set()
         for b in buckets:
-            if b not in classes:  # (word, class, animacy, kind of thing) of every noun of the bucket
-                categories = lexicon.categories()
-                classes[b] = [(w, noun_class(w), animacy(w), categories.get(crude_lemma(w)) or categories.get(w))
-                              for w in voc.words(b)]
-            for w, c, a, k in classes[b]:
+            for (c, a), (words, by_kind) in _word_classes(voc, b).items():
                 if c == cls and fits(a, need):
-                    same.add(w)
-                    if kind is not None and k == kind:
-                        mates.add(w)
+                    same.update(words)
+                    if kind is not None:
+                        mates.update(by_kind.get(kind, ()))
         cache[key] = (frozenset(same), frozenset(mates))
     return cache[key]
+
+
+def _word_classes(voc, bucket: str) -> dict[tuple, tuple[list[str], dict[str, list[str]]]]:
+    """The nouns of `bucket` by (class, animacy): their list and their lists by kind of thing;
+    remembered on the vocabulary."""
+    classes = voc.__dict__.setdefault("_replace_word_classes", {})
+    if bucket not in classes:
+        categories = lexicon.categories()
+        groups: dict[tuple, tuple[list[str], dict[str, list[str]]]] = {}
+        for w in voc.words(bucket):
+            words, by_kind = groups.setdefault((noun_class(w), animacy(w)), ([], {}))
+            words.append(w)
+            k = categories.get(crude_lemma(w)) or categories.get(w)
+            if k is not None:
+                by_kind.setdefault(k, []).append(w)
+        classes[bucket] = groups
+    return classes[bucket]
 
 
 def _compound_next(v: View, c) -> bool:

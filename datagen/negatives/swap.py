@@ -65,19 +65,6 @@ def pick(v: View, rng: random.Random, candidates: list, build: Callable[[object]
     return out
 
 
-def remembered(fn: Callable[[object], object]) -> Callable[[object], object]:
-    """`fn` of one hashable argument, computed once per argument: a rule draws each candidate
-    slot up to `limit` times (`slots * limit`), and a slot's buckets or roles do not change."""
-    memo: dict = {}
-
-    def get(arg):
-        found = memo.get(arg, memo)
-        if found is memo:
-            found = memo[arg] = fn(arg)
-        return found
-    return get
-
-
 def same_category(v: View, a: Span, b: Span) -> bool:
     """The last words of both spans name one kind of thing (`swap_categories` in the lexicon:
     two people or animals, two foods, two pieces of furniture ...): "a woman ... a child"

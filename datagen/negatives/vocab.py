@@ -84,17 +84,27 @@ for _w, _i in _GROUP_OF.items():
     _MEMBERS.setdefault(_i, []).append(_w)
 
 
-def synonyms_among(noun: str, words: frozenset[str], by_lemma: dict[str, list[str]]) -> frozenset[str]:
+def synonyms_among(noun: str, words: frozenset[str], by_lemma: dict[str, list[str]],
+                   generals: Optional[Iterable[str]] = None) -> frozenset[str]:
     """The words `w` of `words` with `is_synonym(noun, w)`, without testing every word: only the
     few that can be (same crude lemma, one synonym group, a hypernym list naming one or the
-    other) are tested. `by_lemma`: `words` by their `crude_lemma`."""
+    other) are tested. `by_lemma`: `words` by their `crude_lemma`; `generals`:
+    `general_terms(words, by_lemma)`, computed here when not given."""
     n = noun.lower()
     names = {crude_lemma(n), *_MEMBERS.get(_GROUP_OF.get(n, -1), ())}
     names.update(_HYPERNYMS.get(n) or _HYPERNYMS.get(crude_lemma(n)) or ())
-    names.update(_HYPERNYMS)  # a word of `words` that is itself a general term ("animal")
     candidates = {name for name in names if name in words}
     candidates.update(w for name in names for w in by_lemma.get(name, ()))
+    candidates.update(general_terms(words, by_lemma) if generals is None else generals)
     return frozenset(w for w in candidates if is_synonym(n, w))
+
+
+def general_terms(words: frozenset[str], by_lemma: dict[str, list[str]]) -> set[str]:
+    """The words of `words` that are themselves a general term ("animal", "animals"): a
+    hypernym list's name, or a word of its crude lemma."""
+    out = {name for name in _HYPERNYMS if name in words}
+    out.update(w for name in _HYPERNYMS for w in by_lemma.get(name, ()))
+    return out
 
 
 def is_hypernym(general: str, word: str) -> bool:
