@@ -199,25 +199,26 @@ class NgramLM:
         has). The same numbers as `_minus`, arranged for fewer look-ups."""
         if _key(toks) not in self.seen:
             return None
-        own = Counter(_grams(toks))
-        counts_get, stats_get = self.counts.get, self.stats.get
-        uni: dict[str, int] = {}
+        counts_get = self.counts.get
+        padded = [BOS, BOS] + toks + [EOS]
+        uni = Counter(padded[2:])
         grams: dict[tuple, int] = {}
-        ctx: dict[tuple, list[int]] = {}  # context -> [left-out total, left-out types]
-        for gram, n in own.items():
-            if len(gram) == 1:
-                uni[gram[0]] = n
-                continue
-            grams[gram] = n
-            less = ctx.setdefault(gram[:-1], [0, 0])
-            less[0] += n
-            if counts_get(gram, 0) - n <= 0:
-                less[1] += 1
-        adjusted: list[dict] = [{}, {}]  # context of 1 word (by word) / 2 words -> (total, types)
-        for h, (n, types) in ctx.items():
-            st = stats_get(h)
-            if st:
-                adjusted[len(h) - 1][h[0] if len(h) == 1 else h] = (st[0] - n, st[1] - types)
+        adjusted: list[dict] = []  # context of 1 word (by word) / 2 words -> (total, types)
+        for own, stats, head in ((Counter(zip(padded[1:], padded[2:])), self.stats1, 0),
+                                 (Counter(zip(padded, padded[1:], padded[2:])), self.stats, 1)):
+            grams.update(own)
+            ctx: dict = {}  # context -> [left-out total, left-out types]
+            for gram, n in own.items():
+                less = ctx.setdefault(gram[0] if head == 0 else gram[:2], [0, 0])
+                less[0] += n
+                if counts_get(gram, 0) - n <= 0:
+                    less[1] += 1
+            found = {}
+            for h, (n, types) in ctx.items():
+                st = stats.get(h)
+                if st:
+                    found[h] = (st[0] - n, st[1] - types)
+            adjusted.append(found)
         return (uni.get, self.denominator - sum(uni.values()), grams.get,
                 adjusted[0].get, adjusted[1].get)
 
@@ -243,9 +244,10 @@ class NgramLM:
             if hc > 0:
                 bigram = (b, w)
                 p = (counts_get(bigram, 0) - less_gram(bigram, 0) + t * p) / (hc + t)
-            st2 = self.stats.get((a, b))
+            context = (a, b)
+            st2 = self.stats.get(context)
             if st2:
-                hc, t = context2((a, b), st2)
+                hc, t = context2(context, st2)
                 if hc > 0:
                     p = (counts_get(key, 0) - less_gram(key, 0) + t * p) / (hc + t)
         return math.log(p)

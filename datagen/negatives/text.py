@@ -208,12 +208,13 @@ _ARTICLES = frozenset(("a", "an", "A", "An", "AN", "aN"))  # w.lower() in ("a", 
 def render(seq: list[tuple[str, str]], cap: bool) -> str:
     """Join `(word, trailing_space)` pieces; fix `a`/`an` and the leading capital."""
     words = [w for w, _ in seq]
-    last = len(words) - 1
-    for i, w in enumerate(words):
-        if w in _ARTICLES and i < last and words[i + 1][:1].isalnum():
-            want = article_for(words[i + 1])
-            words[i] = want if w == "a" or w == "an" else (  # match_case(want, w) for these
-                want.upper() if w.isupper() and len(w) > 1 else match_case(want, w))
+    if not _ARTICLES.isdisjoint(words):
+        last = len(words) - 1
+        for i, w in enumerate(words):
+            if w in _ARTICLES and i < last and words[i + 1][:1].isalnum():
+                want = article_for(words[i + 1])
+                words[i] = want if w == "a" or w == "an" else (  # match_case(want, w) for these
+                    want.upper() if w.isupper() and len(w) > 1 else match_case(want, w))
     text = "".join([w + s for w, (_, s) in zip(words, seq)]).strip()
     if cap == "upper":
         text = text.upper()
