@@ -60,22 +60,33 @@ def _end(v) -> int:
 _NEAR = {"next", "near", "beside", "by"}  # "next to a map next to a cake": one neighbour is enough
 
 
-def _bucket_set(voc, bucket: str, noun: str | None) -> frozenset:
-    """The addable words of a bucket (`noun` None), or those of them that are a synonym or
-    hypernym of `noun`; remembered on the vocabulary."""
+def _addable_words(voc, bucket: str) -> frozenset:
+    """The addable words of a bucket; remembered on the vocabulary."""
     cache = voc.__dict__.setdefault("_add_bucket_sets", {})
-    key = (bucket, noun)
-    if key not in cache:
-        if noun is None:
-            cache[key] = frozenset(w for w in voc.words(bucket) if _addable(w))
+    found = cache.get(bucket)
+    if found is None:
+        found = cache[bucket] = frozenset(w for w in voc.words(bucket) if _addable(w))
+    return found
+
+
+def _synonyms(voc, nouns: tuple[str, ...]) -> frozenset:
+    """Every word of the vocabulary that is a synonym or hypernym of one of `nouns` (or one of
+    them); remembered on the vocabulary, per noun and per caption's nouns."""
+    cache = voc.__dict__.setdefault("_add_synonyms", {})
+    found = cache.get(nouns)
+    if found is None:
+        if len(nouns) != 1:
+            found = frozenset().union(*(_synonyms(voc, (n,)) for n in nouns))
         else:
-            words = _bucket_set(voc, bucket, None)
-            if ("lemmas", bucket) not in cache:
+            if "_add_all_words" not in voc.__dict__:  # the whole vocabulary, by lemma, its general terms
+                words = frozenset(w for entries in voc.buckets.values() for w, _ in entries)
                 by_lemma = _by_lemma(words)
-                cache[("lemmas", bucket)] = by_lemma, general_terms(words, by_lemma)
-            by_lemma, generals = cache[("lemmas", bucket)]
-            cache[key] = synonyms_among(noun, words, by_lemma, generals)
-    return cache[key]
+                voc.__dict__["_add_all_words"] = words, by_lemma, general_terms(words, by_lemma)
+            found = synonyms_among(nouns[0], *voc.__dict__["_add_all_words"])
+        if len(cache) >= 1 << 15:
+            cache.clear()
+        cache[nouns] = found
+    return found
 
 
 def _without_synonyms(voc, bucket: str, nouns: tuple[str, ...]) -> frozenset:
@@ -85,9 +96,8 @@ def _without_synonyms(voc, bucket: str, nouns: tuple[str, ...]) -> frozenset:
     key = (bucket, nouns)
     found = cache.get(key)
     if found is None:
-        words = _bucket_set(voc, bucket, None)
-        drop = [s for s in (_bucket_set(voc, bucket, n) for n in nouns) if s]
-        found = words.difference(*drop) if drop else words
+        words, drop = _addable_words(voc, bucket), _synonyms(voc, nouns)
+        found = words - drop if not drop.isdisjoint(words) else words
         if len(cache) >= 1 << 14:
             cache.clear()
         cache[key] = found
