@@ -85,7 +85,7 @@ for _w, _i in _GROUP_OF.items():
 
 
 def synonyms_among(noun: str, words: frozenset[str], by_lemma: dict[str, list[str]],
-                   generals: Optional[Iterable[str]] = None) -> frozenset[str]:
+                   generals: Optional[dict[str, set[str]]] = None) -> frozenset[str]:
     """The words `w` of `words` with `is_synonym(noun, w)`, without testing every word: only the
     few that can be (same crude lemma, one synonym group, a hypernym list naming one or the
     other) are tested. `by_lemma`: `words` by their `crude_lemma`; `generals`:
@@ -95,16 +95,22 @@ def synonyms_among(noun: str, words: frozenset[str], by_lemma: dict[str, list[st
     names.update(_HYPERNYMS.get(n) or _HYPERNYMS.get(crude_lemma(n)) or ())
     candidates = {name for name in names if name in words}
     candidates.update(w for name in names for w in by_lemma.get(name, ()))
-    candidates.update(general_terms(words, by_lemma) if generals is None else generals)
+    if generals is None:
+        generals = general_terms(words, by_lemma)
+    candidates.update(generals.get(n, ()), generals.get(crude_lemma(n), ()))
     return frozenset(w for w in candidates if is_synonym(n, w))
 
 
-def general_terms(words: frozenset[str], by_lemma: dict[str, list[str]]) -> set[str]:
-    """The words of `words` that are themselves a general term ("animal", "animals"): a
-    hypernym list's name, or a word of its crude lemma."""
-    out = {name for name in _HYPERNYMS if name in words}
-    out.update(w for name in _HYPERNYMS for w in by_lemma.get(name, ()))
-    return out
+def general_terms(words: frozenset[str], by_lemma: dict[str, list[str]]) -> dict[str, set[str]]:
+    """The words of `words` that are themselves a general term ("animal", "animals": a hypernym
+    list's name, or a word of its crude lemma), by each word their list covers."""
+    found = {name for name in _HYPERNYMS if name in words}
+    found.update(w for name in _HYPERNYMS for w in by_lemma.get(name, ()))
+    index: dict[str, set[str]] = {}
+    for general in found:
+        for word in _HYPERNYMS.get(general) or _HYPERNYMS.get(crude_lemma(general)) or ():
+            index.setdefault(word, set()).add(general)
+    return index
 
 
 def is_hypernym(general: str, word: str) -> bool:
