@@ -120,7 +120,8 @@ def _unit(v, i: int, typical: frozenset) -> bool:
     modifier that is nearly always there with this head ("polar bear")."""
     before = v.lower[i - 1]
     return (f"{before} {v.lower[i]}" in _COMPOUNDS or before in _COMPOUNDS
-            or (before in typical and v.pos[i - 1] in ("ADJ", "NOUN", "PROPN")))
+            or (before in typical and before not in ATTRIBUTE_OF  # "small children": no unit
+                and v.pos[i - 1] in ("ADJ", "NOUN", "PROPN")))
 
 
 def _bucket_set(voc, bucket: str, noun: str | None) -> frozenset:
