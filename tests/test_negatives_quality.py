@@ -472,3 +472,64 @@ def test_replace_rel_prepositions_change_the_scene(nlp, captions, vocab):
             checked += 1
             assert new in contrasts.get(old, "").split(), (caption, n.text)  # never "in" -> "at"
     assert checked > 20
+
+
+# --- issue 17, session 25: neighbours of places, gendered pronouns, compounds, typical adjectives
+
+def _outputs(nlp, vocab, fn, captions, seeds=12):
+    from datagen.negatives import add, replace  # noqa: F401 (registers the kinds)
+    out = []
+    for doc in nlp.pipe(captions):
+        for seed in range(seeds):
+            out += [(doc.text, n.text) for n in fn(doc, __import__("random").Random(seed), vocab=vocab, limit=3)]
+    return out
+
+
+def test_add_obj_puts_no_neighbour_after_a_place_or_the_weather(nlp, vocab, captions):
+    from datagen.negatives.add import add_obj
+    found = real(captions, r"\b(in|on|at) the (air|rain|snow|beach|deli|sky|field|kitchen|runway)\.?$", 12)
+    out = _outputs(nlp, vocab, add_obj, found)
+    bad = [n for c, n in out if re.search(r"\b(air|rain|snow|beach|deli|sky|field|kitchen|runway) (next to|near) an? \w+\.?$", n)]
+    assert out and not bad, bad[:5]
+
+
+def test_replace_obj_keeps_the_gender_of_a_pronoun(nlp, vocab, captions):
+    from datagen.negatives.replace import replace_obj
+    found = real(captions, r"^an? (man|woman|boy|girl)\b.*\b(himself|herself|his|her)\b", 20)
+    out = _outputs(nlp, vocab, replace_obj, found)
+    male, female = r"\b(man|boy|guy|gentleman)\b", r"\b(woman|girl|lady)\b"
+    bad = [n for c, n in out
+           if (re.search(r"\b(himself|his)\b", n.lower()) and re.match(r"an? " + female[2:], n.lower()))
+           or (re.search(r"\b(herself|her)\b", n.lower()) and re.match(r"an? " + male[2:], n.lower()))]
+    assert out and not bad, bad[:5]
+
+
+def test_add_att_never_splits_a_compound(nlp, vocab, captions):
+    from datagen.negatives.add import add_att
+    found = real(captions, r"\b(teddy bear|hot dog|stop sign|brief case|polar bear)\b", 20)
+    out = _outputs(nlp, vocab, add_att, found)
+    bad = [n for c, n in out if re.search(r"\b(teddy|hot|stop|brief|polar) \w+ (bear|dog|sign|case)", n.lower())
+           and not re.search(r"\b(teddy|hot|stop|brief|polar) (bear|dog|sign|case)", n.lower())]
+    assert out and not bad, bad[:5]
+
+
+def test_add_att_skips_adjectives_nearly_always_true(nlp, vocab, captions):
+    from datagen.negatives.add import add_att
+    # the noun followed by a word the tagger does not take for its head ("A giraffe stares" is
+    # tagged as the noun "stares")
+    found = real(captions, r"\b(a|the) (stop sign|plate|giraffe|field|sky)( (is|with|in|on|and|of|that|standing|"
+                           r"eating|next|near|filled|sitting)\b|\.|$)", 20)
+    out = _outputs(nlp, vocab, add_att, found)
+    bad = [n for c, n in out if re.search(r"\b(red stop sign|white plate|tall giraffe|green field|blue sky)\b", n.lower())
+           and not re.search(r"\b(red stop sign|white plate|tall giraffe|green field|blue sky)\b", c.lower())]
+    assert out and not bad, bad[:5]
+
+
+def test_add_att_draws_no_adjective_that_does_not_fit_the_noun(nlp, vocab, captions):
+    """An adjective from all the corpus's adjectives (the head has none of its own) fits its
+    class: no "young mirror", no "tall rain", no "orange boy"."""
+    from datagen.negatives.add import add_att
+    found = real(captions, r"\bin the (rain|air)\b", 10)
+    out = _outputs(nlp, vocab, add_att, found)
+    bad = [n for c, n in out if re.search(r"\bthe \w+ (rain|air)\b", n.lower()) and not re.search(r"\bthe \w+ (rain|air)\b", c.lower())]
+    assert out and not bad, bad[:5]

@@ -3,7 +3,10 @@
 - `obj`: one of five placements (`TEMPLATES`), the candidates shuffled by the caption's rng:
   "X and a Y", "a Y and X" or "X with a Y" for the subject (a chunk that starts the caption),
   "... next to a Y" / "... near a Y" after a caption that ends on an object not already "next
-  to" something. Y is a corpus noun seen in one caption with X (`with/<X>`), else in the same
+  to" something and not a place, scene, weather or time of day (`settings`, `scenery` and the
+  places of the lexicon: "in the air next to a man", "in the deli next to a pan"); after such a
+  caption the neighbour stands by the subject, before its verb ("A man next to a dog flying a
+  kite in the air"). Y is a corpus noun seen in one caption with X (`with/<X>`), else in the same
   role, by frequency; never scenery, an event or a place (`scenery` in the lexicon, the places
   of `swap_categories`: "a dog with a street"), never a synonym or hypernym of a noun of the
   caption. With "and", a following `is/was/has` (also after "that" / "who" / "which") becomes
@@ -16,7 +19,12 @@
   quantity words ("several", "different"), in English adjective order by attribute group (size
   before age before colour before material: "a large white bowl", not "a white large bowl"),
   drawn from adjectives seen with the same head noun, never one of the same attribute group as
-  an adjective already there ("a red brown horse"), `a`/`an` fixed.
+  an adjective already there ("a red brown horse"), never one nearly always true of the noun
+  (`TYPICAL_SHARE` of its corpus adjectives, or `typical_attributes`: "a white plate", "a green
+  field"), never between the words of a compound (`compounds`, or a modifier nearly always
+  there: "a teddy brown bear", "a hot fresh dog"), `a`/`an` fixed; a noun with no adjectives of
+  its own gets one from all the corpus's adjectives only of a group that fits its class (size /
+  age for a person, size / colour for a thing, none for a place: not "a young mirror").
 """
 from __future__ import annotations
 
@@ -25,7 +33,7 @@ from functools import lru_cache
 
 from datagen.negatives import lexicon
 from datagen.negatives.base import register_negative
-from datagen.negatives.guards import SCENERY, animacy, fits, subject_verb, verb_need
+from datagen.negatives.guards import SCENERY, animacy, fits, place, subject_verb, verb_need
 from datagen.negatives.replace import vocab_or_builtin
 from datagen.negatives.swap import pick
 from datagen.negatives.text import article_for, insert_at, render, view
@@ -58,6 +66,62 @@ def _end(v) -> int:
 
 
 _NEAR = {"next", "near", "beside", "by"}  # "next to a map next to a cake": one neighbour is enough
+# places, scenes, weather and times of day get no neighbour ("in the air next to a man", "in the
+# rain next to a shirt", "in the deli next to a pan"): scenery, the places of swap_categories
+# and the lexicon's `settings`
+_SETTINGS = lexicon.words("settings")
+# two words that make one thing ("hot dog", "teddy bear"): nothing goes between them; a single
+# word is always the first half of one ("teddy", "brief")
+_COMPOUNDS = frozenset(lexicon.lexicon()["compounds"])
+_TYPICAL = {noun: frozenset(adjs.split()) for noun, adjs in lexicon.lexicon()["typical_attributes"].items()}
+# An adjective that is at least this share of a head noun's adjectives in the corpus (with at
+# least _TYPICAL_MIN of them) is nearly always true of it ("a white plate" 62 %, "a red sign"
+# 40 %, "a large airplane" 45 % of 3,000 SugarCrepe captions): adding it changes nothing, and
+# before the head it is likely half of a unit ("hot dog" 33 %, "polar bear" 34 %).
+TYPICAL_SHARE = 0.3
+_TYPICAL_MIN = 5
+
+
+# Attribute groups an adjective drawn from all the corpus's adjectives (`adj/*`, when the head
+# noun has none of its own) may come from: "a young mirror", "the tall rain", "an orange boy"
+# came from there.
+_FALLBACK_GROUPS = {cls: frozenset(w for g in groups for w in ATTRIBUTE_GROUPS[g].split())
+                    for cls, groups in {"person": ("size", "age"), "animal": ("size", "age", "colour"),
+                                        "thing": ("size", "colour"), "place": ()}.items()}
+
+
+def _setting(word: str) -> bool:
+    """A place, scene, weather or time of day: no "next to a Y" after it."""
+    return place(word) or word in _SETTINGS or crude_lemma(word) in _SETTINGS
+
+
+def _typical(voc, head: str) -> frozenset:
+    """The adjectives nearly always true of `head` (`TYPICAL_SHARE` of its corpus adjectives,
+    singular and plural buckets together, and the lexicon's `typical_attributes`); remembered
+    on the vocabulary."""
+    cache = voc.__dict__.setdefault("_add_typical", {})
+    found = cache.get(head)
+    if found is None:
+        lemma = crude_lemma(head)
+        counts: dict[str, int] = {}
+        buckets = getattr(voc, "buckets", {})
+        for name in {f"adj/{head}", f"adj/{lemma}", f"adj/{lemma}s"}:
+            for w, n in buckets.get(name, ()):
+                counts[w] = counts.get(w, 0) + n
+        total = sum(counts.values())
+        found = frozenset(w for w, n in counts.items() if total >= _TYPICAL_MIN and n >= TYPICAL_SHARE * total)
+        found |= _TYPICAL.get(head, frozenset()) | _TYPICAL.get(lemma, frozenset())
+        cache[head] = found
+    return found
+
+
+def _unit(v, i: int, typical: frozenset) -> bool:
+    """Tokens `i - 1` and `i` make one thing: a listed compound ("hot dog", "teddy bear") or a
+    modifier that is nearly always there with this head ("polar bear")."""
+    before = v.lower[i - 1]
+    return (f"{before} {v.lower[i]}" in _COMPOUNDS or before in _COMPOUNDS
+            or (before in typical and before not in ATTRIBUTE_OF  # "small children": no unit
+                and v.pos[i - 1] in ("ADJ", "NOUN", "PROPN")))
 
 
 def _addable_words(voc, bucket: str) -> frozenset:
@@ -115,8 +179,8 @@ def _by_lemma(words: frozenset[str]) -> dict[str, list[str]]:
 def _addable(word: str) -> bool:
     """An object one can add: no scenery or event ("a dog with a street", "next to the sky",
     "next to a game") and no place ("a cat and a kitchen", "next to a room")."""
-    if word in SCENERY or crude_lemma(word) in SCENERY:
-        return False
+    if word in SCENERY or crude_lemma(word) in SCENERY or word in _SETTINGS or crude_lemma(word) in _SETTINGS:
+        return False  # "a man near a runway", "next to a sunset"
     return lexicon.categories().get(crude_lemma(word)) != "place"
 
 
@@ -144,6 +208,8 @@ def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
     end = _end(v)
     nouns = tuple(v.lower[c.head] for c in v.chunks)
     cands = []
+    last = v.chunk_at[end - 1] if end > 0 else -1
+    setting = last >= 0 and _setting(v.lower[v.chunks[last].head])
     for c in chunks:
         # the subject (the caption's first words) only: "riding a man and a horse", "wearing a
         # hat and a table" show that an object of a verb rarely takes a companion
@@ -151,8 +217,20 @@ def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
             cands += [(c, "and"), (c, "before")]
             if c.end == len(v) or v.lower[c.end] != "with":
                 cands.append((c, "with"))
-    last = v.chunk_at[end - 1] if end > 0 else -1
-    if chunks and last >= 0 and not _NEAR & set(v.lower[max(0, v.chunks[last].start - 2):v.chunks[last].start]):
+    if setting:
+        # the caption ends on a place: the neighbour stands by the subject, right before its
+        # verb or preposition ("A man next to a dog flying a kite in the air", not "... in the air next to a
+        # dog"); by any other object it read badly in the judged sample ("a black pattern near
+        # a man on the floor", "the next pitch next to a camera in a game": 2 of 10 passed)
+        subject = [c for c in chunks[:1] if c is not v.chunks[last] and all(  # "A group of [people]",
+                       v.lower[i] in ("of", "and") or v.chunk_at[i] >= 0         # "A horse and [a dog]"
+                       for i in range(c.start))
+                   and not _setting(v.lower[c.head]) and c.end < len(v)
+                   and (v.pos[c.end] in ("VERB", "AUX", "ADP") or v.lower[c.end] in _RELATIVE)
+                   and v.lower[c.end] not in _NEAR | {"of", "with", "in"}]  # "A cat next to a dog on a bed in a room"
+        cands += [(c, t) for c in subject for t in TEMPLATES[3:]]
+    elif (chunks and last >= 0
+            and not _NEAR & set(v.lower[max(0, v.chunks[last].start - 2):v.chunks[last].start])):
         cands += [(v.chunks[last], t) for t in TEMPLATES[3:]]  # ends on an object: a neighbour
 
     def build(ct):
@@ -168,8 +246,11 @@ def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
                                      or (c.start == 0 and v.tags[verb] == "VBZ")):
                 return None  # "A pizza and two men playing a video game", "a man and a plane flies"
         phrase = [article_for(new), new]
-        if template in TEMPLATES[3:]:  # a thing beside the last object
-            return render(insert_at(v, end, [*template.split(), *phrase]), v.cap)
+        if template in TEMPLATES[3:]:  # a thing beside the last object, or beside the subject
+            if lexicon.categories().get(crude_lemma(new)) == "clothing":
+                return None  # "in the rain next to a shirt": clothes are worn, not beside one
+            at = end if last >= 0 and c is v.chunks[last] else c.end
+            return render(insert_at(v, at, [*template.split(), *phrase]), v.cap)
         if template == "with":
             return render(insert_at(v, c.end, ["with", *phrase]), v.cap)
         if template == "before":
@@ -199,7 +280,12 @@ def add_att(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
             group = ATTRIBUTE_OF.get(v.lower[a])
             if group:
                 avoid = avoid | set(ATTRIBUTE_GROUPS[group].split())
-        new = voc.sample(rng, [f"adj/{head}", "adj/*"], head, avoid=avoid)
+        typical = _typical(voc, head)
+        avoid = avoid | typical
+        new = voc.sample(rng, [f"adj/{head}"], head, avoid=avoid) if f"adj/{head}" in getattr(voc, "buckets", ()) else None
+        if new is None:  # any corpus adjective, of a group that fits the noun's class
+            fit = _FALLBACK_GROUPS[animacy(head) or ("place" if _setting(head) else "thing")]
+            new = voc.sample(rng, ["adj/*"], head, avoid=avoid, keep=fit) if fit else None
         if new is None:
             return None
         first = c.start
@@ -213,5 +299,7 @@ def add_att(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
         while at < c.noun_start and ((v.pos[at] == "ADJ" and _order(v.lower[at]) <= rank)
                                      or (at in v.modifiers and v.pos[at] != "VERB")):
             at += 1
+        while at > first and _unit(v, at, typical):  # "a brown teddy bear", not "a teddy brown bear"
+            at -= 1
         return render(insert_at(v, at, [new]), v.cap)
     return pick(v, rng, chunks * limit, build, "add", "att", limit)

@@ -6,7 +6,7 @@ of the replaced word and never a word already in the caption:
 
 | sub-kind | replaces                                   | drawn from                                  |
 |----------|--------------------------------------------|---------------------------------------------|
-| `obj`    | a chunk's head noun (NN or NNS)            | nouns of that tag after the same governor ("on a [bench]"), of the same class (person / animal / thing / place) and fitting the subject's verb, one kind of thing first, then nouns seen with the caption's other objects |
+| `obj`    | a chunk's head noun (NN or NNS)            | nouns of that tag after the same governor ("on a [bench]"), of the same class (person / animal / thing / place) and fitting the subject's verb, one kind of thing first, then nouns seen with the caption's other objects; a person's gender is never changed while a pronoun of the old gender is in the caption (`gender` in the lexicon: "A woman taking a picture of himself") |
 | `att`    | an adjective                               | its attribute group (colour -> colour), else adjectives seen with the same head noun |
 | `rel`    | a verb (same tag) or a relation preposition | verbs seen before the same object noun or preposition (none without one), fitting the subject; prepositions from `relation_contrasts` (on -> under, with -> without) |
 """
@@ -30,6 +30,9 @@ FIXED_AFTER_PREP = lexicon.words("fixed_after_prep")
 FIXED_BEFORE_PREP = lexicon.words("fixed_before_prep")  # "next to", "close to", "out of"
 CONTRASTS: dict[str, str] = lexicon.lexicon()["relation_contrasts"]
 
+_GENDER = lexicon.lexicon()["gender"]
+_GENDER_OF = {w: g for g in ("male", "female") for w in _GENDER[g].split()}
+_PRONOUNS_OF = {w: g for g in ("male", "female") for w in _GENDER[f"{g}_pronouns"].split()}
 _FALLBACK: Optional[Vocabulary] = None
 _MATES = {group: frozenset(words.split()) for group, words in ATTRIBUTE_GROUPS.items()}
 
@@ -84,6 +87,8 @@ def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
             if group and keep]
         return buckets, head, cls, need, same, tries
 
+    pronouns = {_PRONOUNS_OF[w] for w in v.lower if w in _PRONOUNS_OF}
+
     def build(c):
         if c.start not in plans:
             plans[c.start] = plan(c)
@@ -91,6 +96,11 @@ def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
         for group, keep in tries:
             new = voc.sample(rng, group, head, avoid=v.lemmas, keep=keep)
             if new is not None:
+                if _GENDER_OF.get(head) in pronouns and _GENDER_OF.get(new) not in (None, _GENDER_OF[head]):
+                    # "A woman taking a picture of himself": not made. Rewriting the pronouns
+                    # would need to know whom each refers to ("a man helping a woman with her
+                    # bag": "her" is the woman's), so a gender change is left out instead
+                    return None
                 return _replace(v, c.head, new)
         fallback = getattr(voc, "fallback", None)
         if fallback is not None and all(crude_lemma(w) in v.lemmas for w in same):
