@@ -28,16 +28,16 @@ from datagen.negatives.plausibility import _TOKEN, BOS, EOS, NgramLM, tokens
 from datagen.schema import ShardSample
 from datagen.shards import ShardSetWriter, read_image_ids
 
-GOLDEN = {  # issue 17's rules, NegCLIP swaps never filtered out (update when rules change on purpose)
+GOLDEN = {  # issue 17's rules as of session 25 (update when the rules change on purpose)
     "sample": {
-        "shard-000000.tar": "c8897d5f1e6aaf403c06abdbc08f2bbc99c7df461516c53a7f9609917eba0d72",
+        "shard-000000.tar": "904566cb5933c13360c4c2d0d4ea8275f19ef061ed8963219e9f1989a8c9ebb0",
         "vocab.json": "f11d1a1e4e81a2b636d96b1bf4cfabf2bed5e7dd48f37d4ab2761169c973842c",
-        "negatives_stats.json": "f0a8b086032b8d11cba534ad59887b6db80252bbfe6a5dc3c193350767ac7824",
+        "negatives_stats.json": "b7bbc3bb0ea3ea874df9b91b0c7311fc0736e1849b88a63c1cd0e8e79c06ce18",
     },
     "all": {
-        "shard-000000.tar": "ca03cc0e46d75533c5bfb59211e041911b22c95fb9d3c8ec2565d6897087d8ef",
+        "shard-000000.tar": "b51195a0a243b88cc811d8cf9cbac6110c5bf4aa1239e6b01f536247d463b4fd",
         "vocab.json": "b2d3a574bd6985bd1731268d20f91eb285c16efebedc17fb0afbddc83db9c1c3",
-        "negatives_stats.json": "0ae1bef0771ade3d52faefb97bebd96b8d5099088efe22eaafc343f8dfe9b39d",
+        "negatives_stats.json": "d6fbe7beafba521d641da6b60b91b85e9797eac4e53a6f595648c4df83dc6387",
     },
 }
 RUNS = {"sample": ({}, 1500), "all": ({"mode": "all"}, 300)}
