@@ -17,9 +17,9 @@ them against the caption, and candidates more than `margin` nats per token below
 are dropped; sample mode keeps the most plausible of the rest, all mode keeps every candidate
 with the implausible ones ranked last. NegCLIP's six swap types (`swap.NEGCLIP_TYPES`) are never
 dropped: sample mode keeps their most plausible candidate even below the margin, since NegCLIP's
-code makes a swap wherever it can (the NegCLIP recipe trains on them). `plausibility=None` turns it off; any object with
-`score(positive, texts)` (e.g. `HFCausalLMScorer`), or `"hf:<local model folder>"`, replaces
-the n-gram model. Without a model in the vocabulary (an old `vocab.json`) the filter is off.
+code makes a swap wherever it can (the NegCLIP recipe trains on them). `plausibility=None` turns
+the filter off; any object with `score(positive, texts)` (e.g. `HFCausalLMScorer`), or
+`"hf:<local model folder>"`, replaces the n-gram model. Without a model in the vocabulary (an old `vocab.json`) the filter is off.
 """
 from __future__ import annotations
 
