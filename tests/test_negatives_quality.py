@@ -438,8 +438,7 @@ def test_add_obj_adds_objects_that_fit(nlp, captions, vocab):
             assert m.group(1) in animate_words(), (caption, n.text)
         checked += 1
     assert checked > 50
-    from datagen.negatives.add import SCENERY
-    from datagen.negatives.guards import place
+    from datagen.negatives.guards import SCENERY, place
     for caption, n in all_negatives(nlp, vocab, ["add:obj"], found):
         added = [w for w in re.findall(r"\w+", n.text.lower()) if w not in re.findall(r"\w+", caption.lower())]
         assert added[-1] not in SCENERY and not place(added[-1]), (caption, n.text)

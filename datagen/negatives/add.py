@@ -33,7 +33,7 @@ from functools import lru_cache
 
 from datagen.negatives import lexicon
 from datagen.negatives.base import register_negative
-from datagen.negatives.guards import SCENERY, animacy, fits, place, subject_verb, verb_need
+from datagen.negatives.guards import animacy, fits, place, subject_verb, verb_need
 from datagen.negatives.replace import vocab_or_builtin
 from datagen.negatives.swap import pick
 from datagen.negatives.text import article_for, insert_at, render, view
@@ -178,10 +178,9 @@ def _by_lemma(words: frozenset[str]) -> dict[str, list[str]]:
 @lru_cache(maxsize=1 << 16)
 def _addable(word: str) -> bool:
     """An object one can add: no scenery or event ("a dog with a street", "next to the sky",
-    "next to a game") and no place ("a cat and a kitchen", "next to a room")."""
-    if word in SCENERY or crude_lemma(word) in SCENERY or word in _SETTINGS or crude_lemma(word) in _SETTINGS:
-        return False  # "a man near a runway", "next to a sunset"
-    return lexicon.categories().get(crude_lemma(word)) != "place"
+    "next to a game"), no place ("a cat and a kitchen", "next to a room") and no other setting
+    ("a man near a runway", "next to a sunset"): what `_setting` names."""
+    return not _setting(word)
 
 
 def _draw(voc, rng: random.Random, buckets: list[str], head: str, nouns: tuple[str, ...],
