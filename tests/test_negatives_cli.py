@@ -113,6 +113,25 @@ def test_generate_never_imports_torch(tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "False 0", done.stderr[-500:]
 
 
+def test_bare_tokenizer_loads_the_packages_rules_and_splits_as_spacy_load_does():
+    from datagen.negatives.rules import SPACY_MODEL, import_spacy, load_nlp
+    ours = load_nlp().tokenizer
+    plain = import_spacy().load(SPACY_MODEL, exclude=["ner", "lemmatizer", "senter", "parser",
+                                                      "tok2vec", "tagger", "attribute_ruler"]).tokenizer
+    assert len(ours.rules) > 1000 and ours.rules == plain.rules
+
+    def pattern(tokenizer, attr):
+        found = getattr(tokenizer, attr)  # a compiled pattern's bound method, or None
+        return None if found is None else found.__self__.pattern
+    for attr in ("prefix_search", "suffix_search", "infix_finditer", "token_match", "url_match"):
+        assert pattern(ours, attr) == pattern(plain, attr), attr
+    assert pattern(ours, "prefix_search") and pattern(ours, "infix_finditer")
+    texts = CAPTIONS + ["Mr. Smith's dog-sled isn't at http://x.co :) e.g. 3.5km in the U.S.A. at 10am",
+                        "A man's cat;; -- ''quoted'' (hi) [x] $5 50% can't won't gonna"]
+    assert [[(t.text, t.whitespace_) for t in ours(x)] for x in texts] == \
+        [[(t.text, t.whitespace_) for t in plain(x)] for x in texts]
+
+
 def test_tagger_multiplies_with_numpy_blas_and_tags_as_blis_does():
     from thinc.api import NumpyOps
     from datagen.negatives.rules import SPACY_MODEL, import_spacy, load_nlp

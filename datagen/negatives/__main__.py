@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from compclip.cli import (CommaList, InputError, add_subparsers, deprecated, make_parser, rename,
-                          run)
+from compclip.cli import (CommaList, InputError, add_subparsers, deprecated, exit_program, make_parser,
+                          rename, run)
 from datagen.negatives.plausibility import DEFAULT_MARGIN, parse_margin
 
 PROG = "python -m datagen negatives"
@@ -195,4 +195,4 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
 
 if __name__ == "__main__":
     deprecated(OLD_PROG, PROG)
-    sys.exit(main(prog=OLD_PROG))
+    exit_program(main(prog=OLD_PROG))
