@@ -1,6 +1,6 @@
 """Loader throughput per worker on COCO-size JPEGs: can the data path feed a GPU?
 
-    .venv/bin/python bench/bench_loader.py [--batches 6] [--reps 2] [--quick]
+    .venv/bin/python bench/bench_loader.py [--batches 6] [--reps 3] [--quick]
 
 Images: 640 x 480 JPEGs generated at bench time (smooth noise, coloured shapes and fine grain,
 quality 90: ~100-200 KB, the size and entropy of a COCO photo), `--distinct` of them cycled over
@@ -154,7 +154,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=32, help="anchors per batch")
     p.add_argument("--batches", type=int, default=6, help="timed batches per row and repetition")
     p.add_argument("--warmup", type=int, default=2, help="batches before the timing window")
-    p.add_argument("--reps", type=int, default=2, help="repetitions, rows interleaved")
+    p.add_argument("--reps", type=int, default=3, help="repetitions, rows interleaved (the median of 3 sets one disturbed repetition aside; of 2 it is their mean)")
     p.add_argument("--samples", type=int, default=256, help="samples per shard set")
     p.add_argument("--distinct", type=int, default=32, help="distinct generated JPEGs")
     p.add_argument("--layouts", nargs="*", default=list(LAYOUTS), choices=list(LAYOUTS))
