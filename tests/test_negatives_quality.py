@@ -532,3 +532,37 @@ def test_add_att_draws_no_adjective_that_does_not_fit_the_noun(nlp, vocab, capti
     out = _outputs(nlp, vocab, add_att, found)
     bad = [n for c, n in out if re.search(r"\bthe \w+ (rain|air)\b", n.lower()) and not re.search(r"\bthe \w+ (rain|air)\b", c.lower())]
     assert out and not bad, bad[:5]
+
+
+def _new_indefinite_mass(caption: str, negative: str) -> list[str]:
+    """Mass nouns after a/an in `negative` that were not so in `caption` ("next to a food")."""
+    from datagen.negatives.vocab import MASS_NOUNS
+    before = Counter(re.findall(r"\ban? (\w+)", caption.lower()))
+    after = Counter(re.findall(r"\ban? (\w+)", negative.lower()))
+    return [w for w in after - before if w in MASS_NOUNS]
+
+
+def test_add_obj_puts_some_before_a_mass_noun(nlp, vocab, captions):
+    from datagen.negatives.add import add_obj
+    found = real(captions, r"\b(table|plate|pizza|sandwich|kitchen|cows|sheep|horse|suitcase)\b", 40)
+    out = _outputs(nlp, vocab, add_obj, found)
+    bad = [n for c, n in out if _new_indefinite_mass(c, n)]
+    some = [n for c, n in out if re.search(r"\bsome (food|hay|luggage|bread|cheese|meat|rice|water)\b", n.lower())
+            and not re.search(r"\bsome\b", c.lower())]
+    assert out and not bad, bad[:5]  # "a single slice of pizza ... next to a butter"
+    assert some, out[:10]  # the mass nouns are still added, with "some"
+
+
+def test_replace_obj_keeps_a_singular_nouns_countability(nlp, vocab, captions):
+    from datagen.negatives.replace import _countable_clash, replace_obj
+    found = real(captions, r"\b(an?) (river|lake|plate|bowl|sandwich|table|field|street)\b", 40)
+    out = _outputs(nlp, vocab, replace_obj, found)
+    bad = [n for c, n in out if _new_indefinite_mass(c, n)]
+    assert out and not bad, bad[:5]  # "Several male horse riders crossing a water to shore."
+    for caption, noun, clash, fine in [
+            ("Horses crossing a river to the shore.", "river", "water", "bridge"),
+            ("A white plate with rice and beans.", "rice", "fork", "bread"),
+            ("A bowl of food on the table.", "food", "knife", "meat")]:
+        v = view(nlp(caption))
+        chunk = next(c for c in v.chunks if v.lower[c.head] == noun)
+        assert _countable_clash(v, chunk, clash) and not _countable_clash(v, chunk, fine), caption

@@ -9,8 +9,8 @@
   kite in the air"). Y is a corpus noun seen in one caption with X (`with/<X>`), else in the same
   role, by frequency; never scenery, an event or a place (`scenery` in the lexicon, the places
   of `swap_categories`: "a dog with a street"), never a synonym or hypernym of a noun of the
-  caption. With "and", a following `is/was/has` (also after "that" / "who" / "which") becomes
-  `are/were/have`; a co-subject must be able to do what X does (`guards.verb_need`: not "A
+  caption; a mass noun comes with "some" ("next to some food", `mass_nouns`). With "and", a
+  following `is/was/has` (also after "that" / "who" / "which") becomes `are/were/have`; a co-subject must be able to do what X does (`guards.verb_need`: not "A
   pizza and two men playing"), and a subject whose verb is another present-tense verb or comes
   later is left alone (no agreement rule for it). Positional / partitive chunks ("the top", "a
   piece of") get nothing added. "X and a Y" after any chunk (the old rule) was a telltale
@@ -37,9 +37,9 @@ from datagen.negatives.guards import animacy, fits, place, subject_verb, verb_ne
 from datagen.negatives.replace import vocab_or_builtin
 from datagen.negatives.swap import pick
 from datagen.negatives.text import article_for, insert_at, render, view
-from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, POSITION_NOUNS,
-                                     crude_lemma, general_terms, is_part_noun, noun_roles,
-                                     synonyms_among)
+from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, MASS_NOUNS,
+                                     POSITION_NOUNS, crude_lemma, general_terms, is_part_noun,
+                                     noun_roles, synonyms_among)
 from datagen.schema import Negative
 
 _PLURAL_AUX = {"is": "are", "was": "were", "has": "have", "'s": "are"}
@@ -244,7 +244,7 @@ def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
             if verb is not None and (not fits(animacy(new), verb_need(v.lower[verb]))
                                      or (c.start == 0 and v.tags[verb] == "VBZ")):
                 return None  # "A pizza and two men playing a video game", "a man and a plane flies"
-        phrase = [article_for(new), new]
+        phrase = ["some" if new in MASS_NOUNS else article_for(new), new]  # "next to some food"
         if template in TEMPLATES[3:]:  # a thing beside the last object, or beside the subject
             if lexicon.categories().get(crude_lemma(new)) == "clothing":
                 return None  # "in the rain next to a shirt": clothes are worn, not beside one

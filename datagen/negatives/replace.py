@@ -6,7 +6,7 @@ of the replaced word and never a word already in the caption:
 
 | sub-kind | replaces                                   | drawn from                                  |
 |----------|--------------------------------------------|---------------------------------------------|
-| `obj`    | a chunk's head noun (NN or NNS)            | nouns of that tag after the same governor ("on a [bench]"), of the same class (person / animal / thing / place) and fitting the subject's verb, one kind of thing first, then nouns seen with the caption's other objects; a person's gender is never changed while a pronoun of the old gender is in the caption (`gender` in the lexicon: "A woman taking a picture of himself") |
+| `obj`    | a chunk's head noun (NN or NNS)            | nouns of that tag after the same governor ("on a [bench]"), of the same class (person / animal / thing / place) and fitting the subject's verb, one kind of thing first, then nouns seen with the caption's other objects; a person's gender is never changed while a pronoun of the old gender is in the caption (`gender` in the lexicon: "A woman taking a picture of himself"); a singular head keeps its countability (`mass_nouns`: not "crossing a water", not "a plate with fork" for "with rice") |
 | `att`    | an adjective                               | its attribute group (colour -> colour), else adjectives seen with the same head noun |
 | `rel`    | a verb (same tag) or a relation preposition | verbs seen before the same object noun or preposition (none without one), fitting the subject; prepositions from `relation_contrasts` (on -> under, with -> without) |
 """
@@ -20,9 +20,9 @@ from datagen.negatives.swap import pick
 from datagen.negatives.text import View, match_case, render, replace_at, view
 from datagen.negatives import lexicon
 from datagen.negatives.guards import animacy, fits, noun_class, subject_verb, verb_need
-from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, PREP_STOP, Vocabulary,
-                                     builtin_vocabulary, crude_lemma, is_part_noun, noun_roles,
-                                     verb_roles)
+from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, MASS_NOUNS, PREP_STOP,
+                                     Vocabulary, builtin_vocabulary, crude_lemma, is_part_noun,
+                                     noun_roles, verb_roles)
 from datagen.schema import Negative
 
 # "on top of", "in front of", "at the edge of": the preposition is part of a fixed phrase.
@@ -96,6 +96,8 @@ def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
         for group, keep in tries:
             new = voc.sample(rng, group, head, avoid=v.lemmas, keep=keep)
             if new is not None:
+                if v.tags[c.head] == "NN" and _countable_clash(v, c, new):
+                    return None  # "crossing a water", "a plate with fork"
                 if _GENDER_OF.get(head) in pronouns and _GENDER_OF.get(new) not in (None, _GENDER_OF[head]):
                     # "A woman taking a picture of himself": not made. Rewriting the pronouns
                     # would need to know whom each refers to ("a man helping a woman with her
@@ -110,6 +112,17 @@ def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
                                                        keep=set(keep)) if keep else None)
         return None
     return pick(v, rng, chunks * limit, build, "replace", "obj", limit)
+
+
+def _countable_clash(v: View, c, new: str) -> bool:
+    """A singular head replaced by `new` would read wrong: a mass noun after a/an ("crossing a
+    water"), or a countable noun where a mass noun stood without a determiner ("a plate with
+    fork" for "a plate with rice")."""
+    before = v.lower[c.start:c.head]
+    if "a" in before or "an" in before:
+        return new in MASS_NOUNS
+    bare = not any(v.tags[i] in ("DT", "PDT", "PRP$", "CD", "POS", "WP$") for i in range(c.start, c.head))
+    return bare and v.lower[c.head] in MASS_NOUNS and new not in MASS_NOUNS
 
 
 def _class_sets(voc, buckets: tuple, cls, need, kind) -> tuple[frozenset, frozenset]:

@@ -46,6 +46,8 @@ PREP_STOP = lexicon.words("prep_stop")
 # Positional, partitive, quantity and framing nouns ("in front of", "a piece of", "a close up"):
 # never swapped or replaced as objects, never drawn as a replacement.
 POSITION_NOUNS = lexicon.words("position_nouns")
+# Nouns that take no a/an ("some food", not "a food"; "crossing water", not "crossing a water").
+MASS_NOUNS = frozenset(lexicon.words("mass_nouns"))
 _HYPERNYMS = lexicon.hypernyms()
 
 _GROUP_OF: dict[str, int] = {}
