@@ -566,3 +566,15 @@ def test_replace_obj_keeps_a_singular_nouns_countability(nlp, vocab, captions):
         v = view(nlp(caption))
         chunk = next(c for c in v.chunks if v.lower[c.head] == noun)
         assert _countable_clash(v, chunk, clash) and not _countable_clash(v, chunk, fine), caption
+
+
+def test_replace_rel_gives_a_verb_only_a_subject_of_its_kind_had(nlp, vocab, captions):
+    from datagen.negatives.replace import replace_rel
+    food = r"(pizza|sandwich|cake|donut|doughnut|plate|hot dog|bowl|waffle)"
+    people = r"(man|woman|boy|girl|person|people|men|women|child|kids)"
+    found = real(captions, rf"^(a|an|the|two|three) (\w+ )?({food}|{people}) (is |are )?(sitting|standing|laying|served|placed|walking)\b", 60)
+    out = _outputs(nlp, vocab, replace_rel, found)
+    bad = [n for c, n in out
+           if re.match(rf"^\w+ (\w+ )?{food} (is |are )?(parked|grazing|flying|driving)\b", n.lower())
+           or re.match(rf"^\w+ (\w+ )?{people} (is |are )?(parked|grazing)\b", n.lower())]
+    assert len(out) > 100 and not bad, bad[:5]  # "A pizza parked in lots of greens", "A man is grazing"

@@ -8,7 +8,7 @@ of the replaced word and never a word already in the caption:
 |----------|--------------------------------------------|---------------------------------------------|
 | `obj`    | a chunk's head noun (NN or NNS)            | nouns of that tag after the same governor ("on a [bench]"), of the same class (person / animal / thing / place) and fitting the subject's verb, one kind of thing first, then nouns seen with the caption's other objects; a person's gender is never changed while a pronoun of the old gender is in the caption (`gender` in the lexicon: "A woman taking a picture of himself"); a singular head keeps its countability (`mass_nouns`: not "crossing a water", not "a plate with fork" for "with rice") |
 | `att`    | an adjective                               | its attribute group (colour -> colour), else adjectives seen with the same head noun |
-| `rel`    | a verb (same tag) or a relation preposition | verbs seen before the same object noun or preposition (none without one), fitting the subject; prepositions from `relation_contrasts` (on -> under, with -> without) |
+| `rel`    | a verb (same tag) or a relation preposition | verbs seen before the same object noun or preposition (none without one), fitting the subject and seen in the corpus with a subject of its kind (person / animal / thing and kind of thing: no "A pizza parked", "A man grazing"); prepositions from `relation_contrasts` (on -> under, with -> without) |
 """
 from __future__ import annotations
 
@@ -114,6 +114,42 @@ def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
     return pick(v, rng, chunks * limit, build, "replace", "obj", limit)
 
 
+def _kind(noun: str) -> tuple:
+    """What a subject is, for `_verbs_for_subject`: person / animal / thing, and its kind of
+    thing (`swap_categories`: food, vehicle ...) if the lexicon knows it."""
+    lemma = crude_lemma(noun)
+    return animacy(noun), lexicon.categories().get(lemma) or lexicon.categories().get(noun)
+
+
+def _subject_kinds(voc, verb: str) -> frozenset:
+    """The kinds (`_kind`) and lemmas of the nouns the corpus has as subjects of `verb`
+    (`noun/NN/subj:<verb>`, `noun/NNS/subj:<verb>`); remembered on the vocabulary."""
+    cache = voc.__dict__.setdefault("_replace_subject_kinds", {})
+    found = cache.get(verb)
+    if found is None:
+        nouns = [w for tag in ("NN", "NNS") for w, _ in getattr(voc, "buckets", {}).get(f"noun/{tag}/subj:{verb}", ())]
+        found = cache[verb] = frozenset([_kind(n) for n in nouns] + [crude_lemma(n) for n in nouns])
+    return found
+
+
+def _verbs_for_subject(voc, buckets: tuple, subject: str) -> frozenset:
+    """The verbs of `buckets` that suit `subject`: fitting its class (`verb_need`), and either
+    seen in the corpus with a subject of its kind (or with it) or never seen with any subject
+    (no evidence either way); remembered on the vocabulary."""
+    cache = voc.__dict__.setdefault("_replace_verbs_for_subject", {})
+    kind, lemma = _kind(subject), crude_lemma(subject)
+    key = (buckets, kind, lemma)
+    found = cache.get(key)
+    if found is None:
+        found = frozenset(w for b in buckets for w in voc.words(b)
+                          if fits(kind[0], verb_need(w))
+                          and (not (seen := _subject_kinds(voc, w)) or kind in seen or lemma in seen))
+        if len(cache) >= 1 << 14:
+            cache.clear()
+        cache[key] = found
+    return found
+
+
 def _countable_clash(v: View, c, new: str) -> bool:
     """A singular head replaced by `new` would read wrong: a mass noun after a/an ("crossing a
     water"), or a countable noun where a mass noun stood without a determiner ("a plate with
@@ -206,8 +242,11 @@ def replace_rel(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
             and (i + 1 == len(v) or v.lower[i + 1] not in FIXED_AFTER_PREP)
             and (i == 0 or v.lower[i - 1] not in FIXED_BEFORE_PREP)))]
 
-    subject = animacy(v.lower[v.chunks[0].head]) if v.chunks and v.chunks[0].start == 0 else None
-    subject_verb_at = subject_verb(v, v.chunks[0], True) if v.chunks and v.chunks[0].start == 0 else None
+    subjects: dict[int, str] = {}  # verb token -> the head noun of its subject
+    for c in v.chunks:
+        at = subject_verb(v, c, c.start == 0)
+        if at is not None:
+            subjects.setdefault(at, v.lower[c.head])
 
     def build(i):
         word = v.lower[i]
@@ -215,10 +254,9 @@ def replace_rel(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
             others = sorted(set(CONTRASTS.get(word, "").split()) - v.lemmas)
             return _replace(v, i, rng.choice(others)) if others else None
         # a verb seen with the same object or preposition ("swinging" a racket), never one
-        # that needs another kind of subject ("A stop sign holding"), no role-less guess
+        # that needs another kind of subject ("A stop sign holding") or that the corpus never
+        # gives a subject of this kind ("A pizza parked", "A man grazing"), no role-less guess
         buckets = [f"verb/{v.tags[i]}/{role}" for role in verb_roles(v, i) if role != "*"]
-        keep = None
-        if i == subject_verb_at:
-            keep = {w for b in buckets for w in voc.words(b) if fits(subject, verb_need(w))}
+        keep = _verbs_for_subject(voc, tuple(buckets), subjects[i]) if i in subjects else None
         return _replace(v, i, voc.sample(rng, buckets, word, avoid=v.lemmas, keep=keep))
     return pick(v, rng, slots * limit, build, "replace", "rel", limit)
