@@ -10,8 +10,9 @@
   role, by frequency; never scenery, an event or a place (`scenery` in the lexicon, the places
   of `swap_categories`: "a dog with a street"), never a synonym or hypernym of a noun of the
   caption; a mass noun comes with "some" ("next to some food", `mass_nouns`). With "and", a
-  following `is/was/has` (also after "that" / "who" / "which") becomes `are/were/have`; a co-subject must be able to do what X does (`guards.verb_need`: not "A
-  pizza and two men playing"), and a subject whose verb is another present-tense verb or comes
+  following `is/was/has` (also after "that" / "who" / "which") becomes `are/were/have`; a
+  co-subject must be able to do what X does (`guards.verb_need`: not "A pizza and two men
+  playing"), and a subject whose verb is another present-tense verb or comes
   later is left alone (no agreement rule for it). Positional / partitive chunks ("the top", "a
   piece of") get nothing added. "X and a Y" after any chunk (the old rule) was a telltale
   template and often no scene ("riding a man and a horse").

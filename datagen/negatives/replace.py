@@ -127,7 +127,8 @@ def _subject_kinds(voc, verb: str) -> frozenset:
     cache = voc.__dict__.setdefault("_replace_subject_kinds", {})
     found = cache.get(verb)
     if found is None:
-        nouns = [w for tag in ("NN", "NNS") for w, _ in getattr(voc, "buckets", {}).get(f"noun/{tag}/subj:{verb}", ())]
+        buckets = getattr(voc, "buckets", {})
+        nouns = [w for tag in ("NN", "NNS") for w, _ in buckets.get(f"noun/{tag}/subj:{verb}", ())]
         found = cache[verb] = frozenset([_kind(n) for n in nouns] + [crude_lemma(n) for n in nouns])
     return found
 
@@ -150,6 +151,9 @@ def _verbs_for_subject(voc, buckets: tuple, subject: str) -> frozenset:
     return found
 
 
+_DETERMINERS = ("DT", "PDT", "PRP$", "CD", "POS", "WP$")  # tags that make a noun phrase not bare
+
+
 def _countable_clash(v: View, c, new: str) -> bool:
     """A singular head replaced by `new` would read wrong: a mass noun after a/an ("crossing a
     water"), or a countable noun where a mass noun stood without a determiner ("a plate with
@@ -157,7 +161,7 @@ def _countable_clash(v: View, c, new: str) -> bool:
     before = v.lower[c.start:c.head]
     if "a" in before or "an" in before:
         return new in MASS_NOUNS
-    bare = not any(v.tags[i] in ("DT", "PDT", "PRP$", "CD", "POS", "WP$") for i in range(c.start, c.head))
+    bare = not any(v.tags[i] in _DETERMINERS for i in range(c.start, c.head))
     return bare and v.lower[c.head] in MASS_NOUNS and new not in MASS_NOUNS
 
 
