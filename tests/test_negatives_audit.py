@@ -76,8 +76,10 @@ def test_sugarcrepe_captions_as_corpus_smoke(shared_benchmarks):
     # with the plausibility filter (default): replace and add cover >= 90 % of the captions;
     # swap only about a third since the plausibility guards (swap:obj takes only scenes that
     # can exist, as rare as SugarCrepe's; docs/negatives.md, Bias audit), below issue 17's 80 %
-    # add:obj 0.8: no neighbour after a place / scene / weather since session 25 (89.7 -> 83.8 %)
-    for kind, floor in {"replace:obj": 0.85, "replace:rel": 0.45, "add:obj": 0.8, "add:att": 0.85,
+    # add:obj 0.75: no neighbour after a place / scene / weather since session 25 (89.7 -> 83.8 %),
+    # co-subjects and companions that fit the subject since session 27 (-> 79.7 %); the add kind
+    # keeps >= 95 % (the floor below), which is what issue 17's 80 % is about
+    for kind, floor in {"replace:obj": 0.85, "replace:rel": 0.45, "add:obj": 0.75, "add:att": 0.85,
                         "swap:obj": 0.02, "swap:noun": 0.2, "replace:att": 0.35}.items():
         assert coverage[kind] >= floor, (kind, coverage[kind])
     for kind, floor in {"swap": 0.25, "replace": 0.9, "add": 0.95}.items():

@@ -578,3 +578,33 @@ def test_replace_rel_gives_a_verb_only_a_subject_of_its_kind_had(nlp, vocab, cap
            if re.match(rf"^\w+ (\w+ )?{food} (is |are )?(parked|grazing|flying|driving)\b", n.lower())
            or re.match(rf"^\w+ (\w+ )?{people} (is |are )?(parked|grazing)\b", n.lower())]
     assert len(out) > 100 and not bad, bad[:5]  # "A pizza parked in lots of greens", "A man is grazing"
+
+
+def test_add_obj_co_subjects_and_companions_fit_the_subject(nlp, vocab, captions):
+    from datagen.negatives.add import add_obj
+    from datagen.negatives.guards import animacy
+    from datagen.negatives.lexicon import categories
+    heads = r"(man|woman|girl|boy|dog|cat|zebras|giraffe|people|bear|plane|airplane|table|pizza|bus|counter|sink)"
+    found = real(captions, rf"^(a|an|two|three|the) (\w+ )?{heads}\b", 150)
+    out = _outputs(nlp, vocab, add_obj, found, seeds=6)
+    checked = 0
+    for caption, n in out:
+        x = re.match(rf"^(?:a|an|two|three|the) (?:\w+ )?{heads}\b", caption.lower()).group(1)
+        low = n.lower()
+        before = re.match(r"^(?:an?|some) (\w+) and (.*)$", low)
+        after = re.match(rf"^(?:a|an|two|three|the) (?:\w+ )?{x} (and|with) (?:an?|some) (\w+)( \w+)?", low)
+        if before and before.group(2).rstrip(".") == caption.lower().rstrip("."):
+            template, y, rest = "and", before.group(1), ""
+        elif after and f"{x} {after.group(1)} " not in caption.lower():
+            template, y, rest = after.group(1), after.group(2), (after.group(3) or "").strip()
+        else:
+            continue
+        checked += 1
+        if template == "and":  # "two zebras and a camera standing", "A surfboard and a man sitting"
+            assert (animacy(x) is None) == (animacy(y) is None), (caption, n)
+        else:  # "The polar bear with a chair", "A blue bicycle with a man"
+            fits = categories().get(y) not in ("furniture", "place") if animacy(x) else animacy(y) is None
+            assert fits, (caption, n)
+            # "A woman with a table in blue jacket": never between a noun and its own phrase
+            assert not (rest in ("in", "on", "at", "of", "near") and f"{x} {rest} " in caption.lower()), (caption, n)
+    assert checked > 100, checked

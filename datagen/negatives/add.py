@@ -12,7 +12,10 @@
   caption; a mass noun comes with "some" ("next to some food", `mass_nouns`). With "and", a
   following `is/was/has` (also after "that" / "who" / "which") becomes `are/were/have`; a
   co-subject must be able to do what X does (`guards.verb_need`: not "A pizza and two men
-  playing"), and a subject whose verb is another present-tense verb or comes
+  playing") and is a person or animal exactly when X is ("two zebras and a camera"); a
+  companion ("X with a Y") of a person or animal is no furniture or place ("The polar bear with
+  a chair"), of a thing no person or animal, and comes only where no preposition follows X ("A
+  woman with a table in blue jacket"); a subject whose verb is another present-tense verb or comes
   later is left alone (no agreement rule for it). Positional / partitive chunks ("the top", "a
   piece of") get nothing added. "X and a Y" after any chunk (the old rule) was a telltale
   template and often no scene ("riding a man and a horse").
@@ -66,6 +69,8 @@ def _end(v) -> int:
     return end
 
 
+# what a person or animal is not "with" (carrying, holding, wearing): furniture, places
+_NOT_HELD = {"furniture", "place"}
 _NEAR = {"next", "near", "beside", "by"}  # "next to a map next to a cake": one neighbour is enough
 # places, scenes, weather and times of day get no neighbour ("in the air next to a man", "in the
 # rain next to a shirt", "in the deli next to a pan"): scenery, the places of swap_categories
@@ -215,7 +220,7 @@ def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
         # hat and a table" show that an object of a verb rarely takes a companion
         if c.start == 0 and _addable(v.lower[c.head]):  # "a dog and a cat are ..."
             cands += [(c, "and"), (c, "before")]
-            if c.end == len(v) or v.lower[c.end] != "with":
+            if c.end == len(v) or v.pos[c.end] != "ADP":  # not "A woman with a table in blue jacket"
                 cands.append((c, "with"))
     if setting:
         # the caption ends on a place: the neighbour stands by the subject, right before its
@@ -240,6 +245,12 @@ def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
         new = _draw(voc, rng, buckets, v.lower[c.head], nouns, v.lemmas)
         if new is None:
             return None
+        x_alive, y_alive = animacy(v.lower[c.head]) is not None, animacy(new) is not None
+        if template in ("and", "before") and x_alive != y_alive:
+            return None  # a person or animal with a thing as co-subject: "two zebras and a camera standing"
+        if template == "with" and (lexicon.categories().get(crude_lemma(new)) in _NOT_HELD if x_alive
+                                   else y_alive):
+            return None  # "The polar bear with a chair", "A blue bicycle with a man"
         if template in ("and", "before"):  # a co-subject must be able to do what X does
             verb = subject_verb(v, c, c.start == 0)
             if verb is not None and (not fits(animacy(new), verb_need(v.lower[verb]))
