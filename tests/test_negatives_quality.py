@@ -300,7 +300,8 @@ def test_noun_swaps_prefer_two_things_of_one_kind(nlp, captions, vocab):
 
 
 def test_judged_files_are_complete_and_summarised(repo_root, tmp_path):
-    for name in ("negatives_judged_before.tsv", "negatives_judged_mid.tsv", "negatives_judged_after.tsv"):
+    for name in ("negatives_judged_before.tsv", "negatives_judged_mid.tsv", "negatives_judged_after.tsv",
+                 "negatives_judged_session25.tsv", "negatives_judged_session27.tsv"):
         summary = audit.judged_summary(repo_root / "docs" / name)
         assert [summary[k]["n"] for k in ("swap", "replace", "add", "all")] == [100, 100, 100, 300]
         assert all(0 <= summary["all"][c] <= 1 for c in ("grammatical", "different", "plausible", "all_three"))
