@@ -75,6 +75,15 @@ def animacy(word: str) -> Optional[str]:
     return table.get(w) or table.get(crude_lemma(w))
 
 
+@lru_cache(maxsize=1 << 16)
+def kind_of(word: str) -> Optional[str]:
+    """The kind of thing `word` names (`swap_categories` over the hypernym lists: "food",
+    "vehicle", "place" ...), by its crude lemma first, else as written; None if unknown."""
+    from datagen.negatives.vocab import crude_lemma
+    table = lexicon.categories()
+    return table.get(crude_lemma(word)) or table.get(word)
+
+
 @lru_cache(maxsize=1)
 def _agent_verbs() -> dict[str, str]:
     out: dict[str, str] = {}
@@ -134,7 +143,7 @@ def place(word: str) -> bool:
     from datagen.negatives.vocab import crude_lemma
     lemma = crude_lemma(word)
     return (word in SCENERY or lemma in SCENERY
-            or (lexicon.categories().get(lemma) or lexicon.categories().get(word)) == "place")
+            or kind_of(word) == "place")
 
 
 @lru_cache(maxsize=1 << 14)

@@ -19,7 +19,7 @@ from datagen.negatives.base import register_negative
 from datagen.negatives.swap import pick
 from datagen.negatives.text import View, match_case, render, replace_at, view
 from datagen.negatives import lexicon
-from datagen.negatives.guards import animacy, fits, noun_class, subject_verb, verb_need
+from datagen.negatives.guards import animacy, fits, kind_of, noun_class, subject_verb, verb_need
 from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, MASS_NOUNS, PREP_STOP,
                                      Vocabulary, builtin_vocabulary, crude_lemma, is_part_noun,
                                      noun_roles, verb_roles)
@@ -61,7 +61,6 @@ def _replace(v: View, i: int, word: Optional[str]) -> Optional[str]:
 @register_negative("replace", "obj")
 def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v, voc = view(doc), vocab_or_builtin(vocab)
-    categories = lexicon.categories()
     chunks = [c for c in v.chunks if v.tags[c.head] in ("NN", "NNS") and _plain(v, c.head)
               and c.noun_start == c.head and not is_part_noun(v, c) and not _compound_next(v, c)]
 
@@ -74,7 +73,7 @@ def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
         specific, general = buckets[:-1], buckets[-1:]  # the role's nouns, then all ("*")
         company = voc.company(v, skip=v.chunks.index(c)) if hasattr(voc, "company") else set()
         head = v.lower[c.head]
-        cls, kind = noun_class(head), categories.get(crude_lemma(head)) or categories.get(head)
+        cls, kind = noun_class(head), kind_of(head)
         verb = subject_verb(v, c, c.start == 0)
         need = verb_need(v.lower[verb]) if verb is not None else None
         same, mates = _class_sets(voc, tuple(buckets), cls, need, kind)
@@ -117,8 +116,7 @@ def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
 def _kind(noun: str) -> tuple:
     """What a subject is, for `_verbs_for_subject`: person / animal / thing, and its kind of
     thing (`swap_categories`: food, vehicle ...) if the lexicon knows it."""
-    lemma = crude_lemma(noun)
-    return animacy(noun), lexicon.categories().get(lemma) or lexicon.categories().get(noun)
+    return animacy(noun), kind_of(noun)
 
 
 def _subject_kinds(voc, verb: str) -> frozenset:
@@ -189,12 +187,11 @@ def _word_classes(voc, bucket: str) -> dict[tuple, tuple[list[str], dict[str, li
     remembered on the vocabulary."""
     classes = voc.__dict__.setdefault("_replace_word_classes", {})
     if bucket not in classes:
-        categories = lexicon.categories()
         groups: dict[tuple, tuple[list[str], dict[str, list[str]]]] = {}
         for w in voc.words(bucket):
             words, by_kind = groups.setdefault((noun_class(w), animacy(w)), ([], {}))
             words.append(w)
-            k = categories.get(crude_lemma(w)) or categories.get(w)
+            k = kind_of(w)
             if k is not None:
                 by_kind.setdefault(k, []).append(w)
         classes[bucket] = groups

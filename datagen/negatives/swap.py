@@ -32,9 +32,8 @@ from typing import Callable, Iterable, Optional
 
 from datagen.negatives.base import normalise, register_negative
 from datagen.negatives.text import View, render, swap_spans, view
-from datagen.negatives import lexicon
-from datagen.negatives.guards import swap_allowed
-from datagen.negatives.vocab import ADJ_STOP, ATTRIBUTE_OF, POSITION_NOUNS, crude_lemma, is_part_noun
+from datagen.negatives.guards import kind_of, swap_allowed
+from datagen.negatives.vocab import ADJ_STOP, ATTRIBUTE_OF, POSITION_NOUNS, is_part_noun
 from datagen.schema import Negative
 
 Span = tuple[int, int]
@@ -72,9 +71,7 @@ def same_category(v: View, a: Span, b: Span) -> bool:
     """The last words of both spans name one kind of thing (`swap_categories` in the lexicon:
     two people or animals, two foods, two pieces of furniture ...): "a woman ... a child"
     swaps into a scene that can exist, "a dog ... a helmet" rarely does."""
-    cats = lexicon.categories()
-    ca = cats.get(crude_lemma(v.lower[a[1] - 1])) or cats.get(v.lower[a[1] - 1])
-    cb = cats.get(crude_lemma(v.lower[b[1] - 1])) or cats.get(v.lower[b[1] - 1])
+    ca, cb = kind_of(v.lower[a[1] - 1]), kind_of(v.lower[b[1] - 1])
     return ca is not None and ca == cb
 
 
