@@ -78,11 +78,14 @@ def test_sugarcrepe_captions_as_corpus_smoke(shared_benchmarks):
     # can exist, as rare as SugarCrepe's; docs/negatives.md, Bias audit), below issue 17's 80 %
     # add:obj 0.75: no neighbour after a place / scene / weather since session 25 (89.7 -> 83.8 %),
     # co-subjects and companions that fit the subject since session 27 (-> 79.7 %); the add kind
-    # keeps >= 95 % (the floor below), which is what issue 17's 80 % is about
-    for kind, floor in {"replace:obj": 0.85, "replace:rel": 0.45, "add:obj": 0.75, "add:att": 0.85,
+    # keeps >= 93 % (the floor below; 94.8 % since session 28's scene check), which is what
+    # issue 17's 80 % is about; replace:obj 0.8: only nouns that fit the scene since session 28
+    # (88.5 -> 85.2 % on all 4,345 captions, 82 % on these 1,500, whose smaller scene model
+    # refuses more)
+    for kind, floor in {"replace:obj": 0.8, "replace:rel": 0.45, "add:obj": 0.75, "add:att": 0.85,
                         "swap:obj": 0.02, "swap:noun": 0.2, "replace:att": 0.35}.items():
         assert coverage[kind] >= floor, (kind, coverage[kind])
-    for kind, floor in {"swap": 0.25, "replace": 0.9, "add": 0.95}.items():
+    for kind, floor in {"swap": 0.25, "replace": 0.9, "add": 0.93}.items():
         assert coverage_kind[kind] >= floor, (kind, coverage_kind[kind])
         subs = [v for k, v in coverage.items() if k.startswith(kind + ":")]
         assert max(subs) <= coverage_kind[kind] <= min(1.0, sum(subs)) + 1e-9

@@ -609,3 +609,55 @@ def test_add_obj_co_subjects_and_companions_fit_the_subject(nlp, vocab, captions
             # "A woman with a table in blue jacket": never between a noun and its own phrase
             assert not (rest in ("in", "on", "at", "of", "near") and f"{x} {rest} " in caption.lower()), (caption, n)
     assert checked > 100, checked
+
+
+def test_scene_model_counts_what_comes_together(vocab, tmp_path):
+    from datagen.negatives.scene import SceneModel
+    scene = vocab.scene
+    assert scene is not None and scene.n == 2000
+    assert scene.association("toilet", "sink") > 1 and scene.association("zebra", "giraffe") > 0.5
+    assert scene.association("zebra", "toilet") < -0.5  # both common, never in one caption
+    assert abs(scene.association("zebra", "no-such-word")) < 1e-9  # no counts: no evidence
+    assert scene.fit("giraffe", {"zebra", "v:standing"}) > 0 > scene.fit("toilet", {"zebra", "v:standing"})
+    assert scene.fit("toilet", ()) == 0.0
+    path = tmp_path / "vocab.json"
+    vocab.to_json(path)
+    back = Vocabulary.from_json(path).scene
+    assert (back.n, back.counts, back.pairs) == (scene.n, scene.counts, scene.pairs)
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"buckets": {}, "scene": {"n": 1, "counts": {}, "pairs": {"no-space": 1}}}')
+    with pytest.raises(ValueError, match="broken.json: not a vocabulary file"):
+        Vocabulary.from_json(broken)
+    trained = SceneModel.train([{"a", "b"}, {"b", "c"}, {"b"}])
+    assert (trained.n, trained.counts, trained.pairs) == (3, {"a": 1, "b": 3, "c": 1}, {("a", "b"): 1, ("b", "c"): 1})
+
+
+_TEMPLATE_WORDS = {"a", "an", "and", "with", "next", "to", "near", "some", "are", "were", "have"}
+
+
+def _new_noun_fits(vocab, nlp, caption: str, negative: str) -> bool:
+    """The noun a replace:obj / add:obj negative brought in fits the caption's scene."""
+    from datagen.negatives.plausibility import tokens
+    from datagen.negatives.vocab import crude_lemma, scene_items
+    old, new = Counter(tokens(caption)), Counter(tokens(negative))
+    brought = [w for w in new - old if w not in _TEMPLATE_WORDS]
+    gone = {crude_lemma(w) for w in old - new}
+    context = scene_items(view(nlp(caption))) - gone
+    return all(vocab.scene.fits(crude_lemma(w), context) for w in brought)
+
+
+@pytest.mark.parametrize("rule", ["replace_obj", "add_obj"])
+def test_replaced_and_added_objects_fit_the_scene(nlp, vocab, captions, rule):
+    """"A large zebra standing next to a toilet", "Four men ride bears": a drawn object must be,
+    on average, no rarer than chance with the caption's other nouns and verbs; without the scene
+    model the same draws give objects that do not fit."""
+    from datagen.negatives import add, replace
+    fn = getattr(add, rule, None) or getattr(replace, rule)
+    found = real(captions, r"^(a|an|two|the) (\w+ )?(zebra|giraffe|man|woman|dog|cat|toilet|bus|pizza|horses?)\b", 80)
+    out = _outputs(nlp, vocab, fn, found, seeds=4)
+    assert len(out) > 100
+    bad = [(c, n) for c, n in out if not _new_noun_fits(vocab, nlp, c, n)]
+    assert not bad, bad[:5]
+    blind = Vocabulary(vocab.buckets, fallback=vocab.fallback, lm=vocab.lm)  # no scene model
+    unchecked = _outputs(nlp, blind, fn, found, seeds=4)
+    assert sum(not _new_noun_fits(vocab, nlp, c, n) for c, n in unchecked) > 0.05 * len(unchecked)

@@ -7,16 +7,18 @@
   places of the lexicon: "in the air next to a man", "in the deli next to a pan"); after such a
   caption the neighbour stands by the subject, before its verb ("A man next to a dog flying a
   kite in the air"). Y is a corpus noun seen in one caption with X (`with/<X>`), else in the same
-  role, by frequency; never scenery, an event or a place (`scenery` in the lexicon, the places
-  of `swap_categories`: "a dog with a street"), never a synonym or hypernym of a noun of the
-  caption; a mass noun comes with "some" ("next to some food", `mass_nouns`). With "and", a
+  role, by frequency, that fits the scene (`scene.SceneModel`: on average no rarer than chance
+  with the caption's nouns and verbs, not "giraffes ... near a desk"); never scenery, an event
+  or a place (`scenery` in the lexicon, the places of `swap_categories`: "a dog with a
+  street"), never a synonym or hypernym of a noun of the caption; a mass noun comes with "some" ("next to some food", `mass_nouns`). With "and", a
   following `is/was/has` (also after "that" / "who" / "which") becomes `are/were/have`; a
   co-subject must be able to do what X does (`guards.verb_need`: not "A pizza and two men
   playing") and is a person or animal exactly when X is ("two zebras and a camera"); a
   companion ("X with a Y") of a person or animal is no furniture or place ("The polar bear with
   a chair"), of a thing no person or animal, and comes only where no preposition follows X ("A
-  woman with a table in blue jacket"); a subject whose verb is another present-tense verb or comes
-  later is left alone (no agreement rule for it). Positional / partitive chunks ("the top", "a
+  woman with a table in blue jacket"); nothing is added to a chunk the tagger misread ("A
+  giraffe stares" as one chunk with the head "stares"); a subject whose verb is another
+  present-tense verb or comes later is left alone (no agreement rule for it). Positional / partitive chunks ("the top", "a
   piece of") get nothing added. "X and a Y" after any chunk (the old rule) was a telltale
   template and often no scene ("riding a man and a horse").
 - `att`: an adjective inside a chunk, after its determiners, possessor ("a person's") and
@@ -190,25 +192,33 @@ def _addable(word: str) -> bool:
 
 
 def _draw(voc, rng: random.Random, buckets: list[str], head: str, nouns: tuple[str, ...],
-          avoid) -> str | None:
+          avoid, accept=None) -> str | None:
     """A noun from the first bucket that has one, by corpus frequency: addable, not in the
-    caption, and no synonym or hypernym of any of its nouns ("a woman holding a pizza and a
-    lady")."""
+    caption, no synonym or hypernym of any of its nouns ("a woman holding a pizza and a
+    lady"), and taken by `accept` (the scene check) if given."""
     for bucket in buckets:
         keep = _without_synonyms(voc, bucket, nouns) if hasattr(voc, "words") else None
         if keep == set():
             continue
-        new = voc.sample(rng, [bucket], head, avoid=avoid, keep=keep)
+        new = voc.sample(rng, [bucket], head, avoid=avoid, keep=keep, accept=accept)
         if new is not None:
             return new
     return None
+
+
+def _misread(v, c) -> bool:
+    """"a"/"an" ... singular noun + plural head: the tagger took a verb for a noun ("A giraffe
+    stares" read as one chunk with the head "stares"; not "a few cows"), so the chunk's head is
+    not the object."""
+    return (v.tags[c.head] == "NNS" and v.lower[c.start] in ("a", "an")
+            and c.head > c.start + 1 and v.tags[c.head - 1] == "NN")
 
 
 @register_negative("add", "obj")
 def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v, voc = view(doc), vocab_or_builtin(vocab)
     chunks = [c for c in v.chunks if v.lower[c.head].isalpha() and v.tags[c.head] in ("NN", "NNS")
-              and not is_part_noun(v, c)
+              and not is_part_noun(v, c) and not _misread(v, c)
               and (c.end == len(v) or v.tags[c.end] not in ("CC", ",", "HYPH", "POS"))]
     end = _end(v)
     nouns = tuple(v.lower[c.head] for c in v.chunks)
@@ -238,11 +248,14 @@ def add_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
             and not _NEAR & set(v.lower[max(0, v.chunks[last].start - 2):v.chunks[last].start])):
         cands += [(v.chunks[last], t) for t in TEMPLATES[3:]]  # ends on an object: a neighbour
 
+    # the added object fits the scene: the caption's things and verbs ("giraffes ... near a desk" is out)
+    accept = voc.scene_check(v) if hasattr(voc, "scene_check") else None
+
     def build(ct):
         c, template = ct
         roles = noun_roles(v, c)
         buckets = [f"with/{crude_lemma(v.lower[c.head])}"] + [f"noun/NN/{role}" for role in roles]
-        new = _draw(voc, rng, buckets, v.lower[c.head], nouns, v.lemmas)
+        new = _draw(voc, rng, buckets, v.lower[c.head], nouns, v.lemmas, accept)
         if new is None:
             return None
         x_alive, y_alive = animacy(v.lower[c.head]) is not None, animacy(new) is not None

@@ -6,7 +6,7 @@ of the replaced word and never a word already in the caption:
 
 | sub-kind | replaces                                   | drawn from                                  |
 |----------|--------------------------------------------|---------------------------------------------|
-| `obj`    | a chunk's head noun (NN or NNS)            | nouns of that tag after the same governor ("on a [bench]"), of the same class (person / animal / thing / place) and fitting the subject's verb, one kind of thing first, then nouns seen with the caption's other objects; a person's gender is never changed while a pronoun of the old gender is in the caption (`gender` in the lexicon: "A woman taking a picture of himself"); a singular head keeps its countability (`mass_nouns`: not "crossing a water", not "a plate with fork" for "with rice") |
+| `obj`    | a chunk's head noun (NN or NNS)            | nouns of that tag after the same governor ("on a [bench]"), of the same class (person / animal / thing / place) and fitting the subject's verb, one kind of thing first, then nouns seen with the caption's other objects; fitting the rest of the scene (`scene.SceneModel`: on average no rarer than chance with the caption's other nouns and verbs, not "a zebra standing next to a toilet"); a person's gender is never changed while a pronoun of the old gender is in the caption (`gender` in the lexicon: "A woman taking a picture of himself"); a singular head keeps its countability (`mass_nouns`: not "crossing a water", not "a plate with fork" for "with rice") |
 | `att`    | an adjective                               | its attribute group (colour -> colour), else adjectives seen with the same head noun |
 | `rel`    | a verb (same tag) or a relation preposition | verbs seen before the same object noun or preposition (none without one), fitting the subject and seen in the corpus with a subject of its kind (person / animal / thing and kind of thing: no "A pizza parked", "A man grazing"); prepositions from `relation_contrasts` (on -> under, with -> without) |
 """
@@ -84,16 +84,18 @@ def replace_obj(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
             (specific, mates & company), (specific, mates), (specific, same & company),
             (specific, same), (general, mates & company), (general, mates), (general, same & company))
             if group and keep]
-        return buckets, head, cls, need, same, tries
+        # and one that fits the rest of the scene ("a zebra standing next to a toilet" is out)
+        accept = voc.scene_check(v, without=crude_lemma(head)) if hasattr(voc, "scene_check") else None
+        return buckets, head, cls, need, same, tries, accept
 
     pronouns = {_PRONOUNS_OF[w] for w in v.lower if w in _PRONOUNS_OF}
 
     def build(c):
         if c.start not in plans:
             plans[c.start] = plan(c)
-        buckets, head, cls, need, same, tries = plans[c.start]
+        buckets, head, cls, need, same, tries, accept = plans[c.start]
         for group, keep in tries:
-            new = voc.sample(rng, group, head, avoid=v.lemmas, keep=keep)
+            new = voc.sample(rng, group, head, avoid=v.lemmas, keep=keep, accept=accept)
             if new is not None:
                 if v.tags[c.head] == "NN" and _countable_clash(v, c, new):
                     return None  # "crossing a water", "a plate with fork"

@@ -18,7 +18,8 @@ has no usable word. Synonyms are never offered for each other: same word, same c
 `data/lexicon.json` (WordNet is not available offline: nltk's data is a separate download).
 Positional and partitive nouns (front, top, piece, bunch ...) are never mined. Attributes in a known group (colour, size, material, ...) are replaced
 within their group, so "a red car" becomes "a blue car", not "a hungry car".
-`mine` also trains the corpus n-gram model of the plausibility filter (`lm`). The whole
+`mine` also trains the corpus n-gram model of the plausibility filter (`lm`) and the scene model
+(`scene`: which nouns and verbs come together in one caption, `scene_items`). The whole
 vocabulary is JSON (`to_json` / `from_json`), so resumed and parallel runs share it.
 """
 from __future__ import annotations
@@ -30,10 +31,11 @@ from functools import lru_cache
 from itertools import accumulate
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from datagen.negatives import lexicon
 from datagen.negatives.plausibility import NgramLM
+from datagen.negatives.scene import SceneModel
 from datagen.negatives.text import Chunk, View
 
 # The word lists live in data/lexicon.json (see `datagen.negatives.lexicon`).
@@ -162,13 +164,25 @@ def is_part_noun(v: View, chunk: Chunk) -> bool:
             or v.lower[chunk.head] in POSITION_NOUNS)
 
 
+def scene_items(v: View) -> set[str]:
+    """The caption's items for the `SceneModel`: the crude lemma of every object chunk's head
+    noun (not a part or position: "the side of"), and every verb as `v:<word>`."""
+    items = {crude_lemma(v.lower[c.head]) for c in v.chunks
+             if v.tags[c.head] in ("NN", "NNS") and v.lower[c.head].isalpha() and not is_part_noun(v, c)}
+    items.update(f"v:{w}" for w, t, p in zip(v.lower, v.tags, v.pos)
+                 if p == "VERB" and t.startswith("VB") and w.isalpha())
+    return items
+
+
 class Vocabulary:
     """Frequency-sorted word lists per bucket; `sample` draws a non-synonym replacement."""
 
     def __init__(self, buckets: Optional[dict[str, list[tuple[str, int]]]] = None,
-                 fallback: Optional["Vocabulary"] = None, lm: Optional[NgramLM] = None):
+                 fallback: Optional["Vocabulary"] = None, lm: Optional[NgramLM] = None,
+                 scene: Optional[SceneModel] = None):
         self.buckets: dict[str, list[tuple[str, int]]] = buckets or {}
         self.lm = lm  # the corpus n-gram model of the plausibility filter (None: not trained)
+        self.scene = scene  # which items come together in a caption (None: not trained, no check)
         self.fallback = fallback  # asked when no bucket of this one has a usable word
         self._cum: dict[str, tuple[list[str], list[int]]] = {}
         self._positions: dict[str, dict[str, int]] = {}
@@ -176,15 +190,18 @@ class Vocabulary:
         self._with_sets: dict[str, frozenset[str]] = {}  # see `_with_words`
         self._unions: dict[tuple[str, ...], frozenset[str]] = {}  # object lemmas -> `company`
         self._company: tuple = (None, {})  # the last View asked about, its sets by skipped chunk
+        self._scene_items: tuple = (None, set())  # the last View `scene_check` was asked about, its items
 
     @classmethod
     def mine(cls, views: Iterable[View], min_count: int = 2, top_k: int = 300,
              with_k: int = 40) -> "Vocabulary":
         counts: dict[str, Counter] = defaultdict(Counter)
         texts: list[str] = []
+        scenes: list[set[str]] = []
         with_counts: dict[str, Counter] = defaultdict(Counter)
         for v in views:
             texts.append(" ".join(v.lower))
+            scenes.append(scene_items(v))
             heads = set()
             for c in v.chunks:
                 head, tag = v.lower[c.head], v.tags[c.head]
@@ -213,7 +230,26 @@ class Vocabulary:
                           key=lambda wn: (-wn[1], wn[0]))[:top_k if name[:5] != "with/" else with_k]
             if keep:
                 buckets[name] = keep
-        return cls(buckets, fallback=builtin_vocabulary(), lm=NgramLM.train(texts))
+        return cls(buckets, fallback=builtin_vocabulary(), lm=NgramLM.train(texts),
+                   scene=SceneModel.train(scenes))
+
+    def scene_check(self, v: View, without: str = "") -> Optional[Callable[[str], bool]]:
+        """An `accept` for `sample`: takes a noun that fits the caption's scene (`SceneModel.fits`
+        with the caption's `scene_items`, less the lemma `without`: the replaced noun); None
+        when there is no scene model (a vocabulary file from before it, the built-in one)."""
+        if self.scene is None:
+            return None
+        if self._scene_items[0] is not v:  # the caption's rules ask again and again
+            self._scene_items = (v, scene_items(v))
+        scene, known = self.scene, {}
+        context = tuple(sorted(self._scene_items[1] - {without}))  # one order: the same float sum in every process
+
+        def accept(word: str) -> bool:
+            ok = known.get(word)
+            if ok is None:
+                ok = known[word] = scene.fits(crude_lemma(word), context)
+            return ok
+        return accept
 
     def company(self, v: View, skip: int = -1) -> frozenset[str]:
         """Nouns seen in the corpus with the caption's object nouns (chunk `skip` left out);
@@ -245,11 +281,12 @@ class Vocabulary:
 
     def sample(self, rng: random.Random, buckets: list[str], replaced: str,
                avoid: frozenset[str] | set[str] = frozenset(), keep: Optional[set[str]] = None,
-               tries: int = 8) -> Optional[str]:
+               tries: int = 8, accept: Optional[Callable[[str], bool]] = None) -> Optional[str]:
         """A frequency-weighted word from the first bucket with enough words, else None.
 
         Never a synonym of `replaced`, never a word whose `crude_lemma` is in `avoid` (pass the
-        caption's lemmas, `View.lemmas`); only words in `keep` if given.
+        caption's lemmas, `View.lemmas`); only words in `keep` if given, and only words
+        `accept` takes if given (a scene check, `SceneModel.fits`).
         """
         for bucket in buckets:
             entries = self.buckets.get(bucket)
@@ -264,10 +301,11 @@ class Vocabulary:
             total, hi = cum[-1] + 0.0, len(cum) - 1
             for _ in range(tries):  # rng.choices(words, cum_weights=cum)[0], without its checks
                 word = words[bisect_right(cum, rng.random() * total, 0, hi)]
-                if crude_lemma(word) not in avoid and not is_synonym(replaced, word):
+                if (crude_lemma(word) not in avoid and not is_synonym(replaced, word)
+                        and (accept is None or accept(word))):
                     return word
         if self.fallback is not None:
-            return self.fallback.sample(rng, buckets, replaced, avoid, keep, tries)
+            return self.fallback.sample(rng, buckets, replaced, avoid, keep, tries, accept)
         return None
 
     def _index(self, bucket: str) -> dict[str, int]:
@@ -306,6 +344,8 @@ class Vocabulary:
         data: dict = {"buckets": self.buckets}
         if self.lm is not None:
             data["ngram"] = self.lm.to_json_dict()
+        if self.scene is not None:
+            data["scene"] = self.scene.to_json_dict()
         Path(path).write_text(json.dumps(data, sort_keys=True))
 
     @classmethod
@@ -314,8 +354,9 @@ class Vocabulary:
             data = json.loads(Path(path).read_text())
             buckets = {k: [tuple(e) for e in v] for k, v in data["buckets"].items()}
             lm = NgramLM.from_json_dict(data["ngram"]) if "ngram" in data else None
-            return cls(buckets, fallback=builtin_vocabulary(), lm=lm)
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            scene = SceneModel.from_json_dict(data["scene"]) if "scene" in data else None
+            return cls(buckets, fallback=builtin_vocabulary(), lm=lm, scene=scene)
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{path}: not a vocabulary file ({err})") from None
 
     def __len__(self) -> int:
