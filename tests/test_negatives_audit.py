@@ -106,3 +106,15 @@ def test_pairs_from_a_generated_shard_set(tmp_path):
     groups = audit.pairs_from_shards(tmp_path / "out")
     assert {"swap:obj", "replace:obj", "add:att"} <= set(groups)
     assert all(p.startswith("A ") and p != n for pairs in groups.values() for p, n in pairs)
+
+
+def test_audit_command_checks_its_input_before_loading_the_model(tmp_path, monkeypatch, capsys):
+    from datagen.negatives.__main__ import main as cli
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the encoder was loaded before the input was checked")
+    monkeypatch.setattr(audit, "minilm_encoder", no_model)
+    assert cli(["audit", "--sugarcrepe", str(tmp_path / "nowhere"), "--json", str(tmp_path / "a.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nowhere/add_att.json: cannot read SugarCrepe file" in err[0]
+    assert not (tmp_path / "a.json").exists()

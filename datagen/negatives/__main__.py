@@ -79,8 +79,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     from datagen import audit
-    encoder = audit.minilm_encoder()
-    reference = audit.audit(audit.load_sugarcrepe(args.sugarcrepe), encoder, args.max_pairs, args.seed)
+    sugarcrepe = audit.load_sugarcrepe(args.sugarcrepe)  # bad input stops before the model loads
     coverage = coverage_kind = None
     if args.ours:
         ours_pairs = audit.pairs_from_shards(args.ours)
@@ -93,6 +92,8 @@ def _audit(args: argparse.Namespace) -> int:
     if args.judge_sample:
         audit.write_judge_tsv(audit.judge_sample(ours_pairs, args.judge_per_kind, args.judge_seed),
                               args.judge_sample)
+    encoder = audit.minilm_encoder()
+    reference = audit.audit(sugarcrepe, encoder, args.max_pairs, args.seed)
     ours = audit.audit(ours_pairs, encoder, args.max_pairs, args.seed)
     report = {"corpus": corpus, "encoder": "all-MiniLM-L6-v2", "max_pairs": args.max_pairs,
               "seed": args.seed, "ours": ours, "sugarcrepe": reference, "coverage": coverage,
