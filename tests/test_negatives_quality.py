@@ -301,7 +301,8 @@ def test_noun_swaps_prefer_two_things_of_one_kind(nlp, captions, vocab):
 
 def test_judged_files_are_complete_and_summarised(repo_root, tmp_path):
     for name in ("negatives_judged_before.tsv", "negatives_judged_mid.tsv", "negatives_judged_after.tsv",
-                 "negatives_judged_session25.tsv", "negatives_judged_session27.tsv"):
+                 "negatives_judged_session25.tsv", "negatives_judged_session27.tsv",
+                 "negatives_judged_session28_scene.tsv", "negatives_judged_session28.tsv"):
         summary = audit.judged_summary(repo_root / "docs" / name)
         assert [summary[k]["n"] for k in ("swap", "replace", "add", "all")] == [100, 100, 100, 300]
         assert all(0 <= summary["all"][c] <= 1 for c in ("grammatical", "different", "plausible", "all_three"))
@@ -661,3 +662,21 @@ def test_replaced_and_added_objects_fit_the_scene(nlp, vocab, captions, rule):
     blind = Vocabulary(vocab.buckets, fallback=vocab.fallback, lm=vocab.lm)  # no scene model
     unchecked = _outputs(nlp, blind, fn, found, seeds=4)
     assert sum(not _new_noun_fits(vocab, nlp, c, n) for c, n in unchecked) > 0.05 * len(unchecked)
+
+
+def test_adjectives_an_image_cannot_refute_are_never_drawn(nlp, vocab, captions):
+    """"A beautiful woman", "a delicious pizza", "a serious man": no negative of the caption
+    without them, so add:att never adds one and replace:att never draws one."""
+    from datagen.negatives.add import add_att
+    from datagen.negatives.replace import replace_att
+    from datagen.negatives.vocab import OPINION_ADJECTIVES
+    said = Counter(w for c in captions[:2000] for w in re.findall(r"[a-z]+", c.lower()) if w in OPINION_ADJECTIVES)
+    assert sum(said.values()) > 20, said  # the corpus has them: a vocabulary would offer them
+    assert not any(w in OPINION_ADJECTIVES for name, entries in vocab.buckets.items()
+                   if name.startswith("adj/") for w, _ in entries)
+    found = real(captions, r"\b(woman|man|pizza|room|girl|view|cake|dog)\b", 60)
+    for fn in (add_att, replace_att):
+        out = _outputs(nlp, vocab, fn, found, seeds=4)
+        brought = [(c, n) for c, n in out
+                   if set(re.findall(r"[a-z]+", n.lower())) - set(re.findall(r"[a-z]+", c.lower())) & OPINION_ADJECTIVES]
+        assert out and not brought, brought[:5]

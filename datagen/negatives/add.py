@@ -24,7 +24,8 @@
 - `att`: an adjective inside a chunk, after its determiners, possessor ("a person's") and
   quantity words ("several", "different"), in English adjective order by attribute group (size
   before age before colour before material: "a large white bowl", not "a white large bowl"),
-  drawn from adjectives seen with the same head noun, never one of the same attribute group as
+  drawn from adjectives seen with the same head noun (never one an image cannot refute:
+  `opinion_adjectives` are not mined), never one of the same attribute group as
   an adjective already there ("a red brown horse"), never one nearly always true of the noun
   (`TYPICAL_SHARE` of its corpus adjectives, or `typical_attributes`: "a white plate", "a green
   field"), never between the words of a compound (`compounds`, or a modifier nearly always

@@ -7,7 +7,7 @@ of the replaced word and never a word already in the caption:
 | sub-kind | replaces                                   | drawn from                                  |
 |----------|--------------------------------------------|---------------------------------------------|
 | `obj`    | a chunk's head noun (NN or NNS)            | nouns of that tag after the same governor ("on a [bench]"), of the same class (person / animal / thing / place) and fitting the subject's verb, one kind of thing first, then nouns seen with the caption's other objects; fitting the rest of the scene (`scene.SceneModel`: on average no rarer than chance with the caption's other nouns and verbs, not "a zebra standing next to a toilet"); a person's gender is never changed while a pronoun of the old gender is in the caption (`gender` in the lexicon: "A woman taking a picture of himself"); a singular head keeps its countability (`mass_nouns`: not "crossing a water", not "a plate with fork" for "with rice") |
-| `att`    | an adjective                               | its attribute group (colour -> colour), else adjectives seen with the same head noun |
+| `att`    | an adjective                               | its attribute group (colour -> colour), else adjectives seen with the same head noun; never one an image cannot refute (`opinion_adjectives` are not mined: "beautiful", "delicious") |
 | `rel`    | a verb (same tag) or a relation preposition | verbs seen before the same object noun or preposition (none without one), fitting the subject and seen in the corpus with a subject of its kind (person / animal / thing and kind of thing: no "A pizza parked", "A man grazing"); prepositions from `relation_contrasts` (on -> under, with -> without) |
 """
 from __future__ import annotations

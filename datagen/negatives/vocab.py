@@ -43,6 +43,9 @@ SYNONYM_GROUPS = lexicon.synonym_groups()
 ATTRIBUTE_GROUPS = lexicon.attribute_groups()
 # Adjectives that quantify or relate rather than describe: never replaced, swapped or added.
 ADJ_STOP = lexicon.words("adj_stop")
+# Adjectives an image cannot refute ("a beautiful woman", "a delicious pizza"): never mined, so
+# never added nor drawn as a replacement.
+OPINION_ADJECTIVES = lexicon.words("opinion_adjectives")
 # IN-tagged words that are not relations between two things.
 PREP_STOP = lexicon.words("prep_stop")
 # Positional, partitive, quantity and framing nouns ("in front of", "a piece of", "a close up"):
@@ -211,7 +214,7 @@ class Vocabulary:
                         counts[f"noun/{tag}/{role}"][head] += 1
                 for a in c.adjectives:
                     adj = v.lower[a]
-                    if adj.isalpha() and adj not in ADJ_STOP:
+                    if adj.isalpha() and adj not in ADJ_STOP and adj not in OPINION_ADJECTIVES:
                         counts[f"adj/{head}"][adj] += 1
                         counts["adj/*"][adj] += 1
             for i, (word, tag, pos) in enumerate(zip(v.lower, v.tags, v.pos)):
