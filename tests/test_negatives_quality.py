@@ -616,9 +616,9 @@ def test_scene_model_counts_what_comes_together(vocab, tmp_path):
     from datagen.negatives.scene import SceneModel
     scene = vocab.scene
     assert scene is not None and scene.n == 2000
-    assert scene.association("toilet", "sink") > 1 and scene.association("zebra", "giraffe") > 0.5
-    assert scene.association("zebra", "toilet") < -0.5  # both common, never in one caption
-    assert abs(scene.association("zebra", "no-such-word")) < 1e-9  # no counts: no evidence
+    assert scene.fit("toilet", ["sink"]) > 1 and scene.fit("zebra", ["giraffe"]) > 0.5
+    assert scene.fit("zebra", ["toilet"]) < -0.5  # both common, never in one caption
+    assert abs(scene.fit("zebra", ["no-such-word"])) < 1e-9  # no counts: no evidence
     assert scene.fit("giraffe", {"zebra", "v:standing"}) > 0 > scene.fit("toilet", {"zebra", "v:standing"})
     assert scene.fit("toilet", ()) == 0.0
     path = tmp_path / "vocab.json"

@@ -26,6 +26,8 @@ FIT_MIN = 0.0  # a drawn object's mean association with the caption's other item
 
 
 class SceneModel:
+    """Caption counts of items and of pairs of items; `fit` scores a word against a caption's."""
+
     def __init__(self, n_captions: int, counts: dict[str, int], pairs: dict[tuple[str, str], int]):
         self.n = n_captions
         self.counts = counts  # item -> captions with it
@@ -45,16 +47,12 @@ class SceneModel:
                     pairs[a, b] += 1
         return cls(n, dict(counts), dict(pairs))
 
-    def association(self, a: str, b: str) -> float:
-        k = self.pairs.get((a, b) if a < b else (b, a), 0)
-        expected = self.counts.get(a, 0) * self.counts.get(b, 0) / self.n if self.n else 0.0
-        return math.log((k + ALPHA) / (expected + ALPHA))
-
     def fit(self, word: str, context: Iterable[str]) -> float:
-        """Mean association of `word` with the `context` items (0.0 for no context)."""
+        """Mean association of `word` with the `context` items (0.0 for no context); with one
+        item, the association of the two."""
         share = self.counts.get(word, 0) / self.n if self.n else 0.0
         pairs, counts, total, k = self.pairs, self.counts, 0.0, 0
-        for c in context:  # `association`, inlined: asked ~30 times a caption
+        for c in context:  # asked ~30 times a caption: no helper call per pair
             if c != word:
                 both = pairs.get((word, c) if word < c else (c, word), 0)
                 total += math.log((both + ALPHA) / (share * counts.get(c, 0) + ALPHA))
