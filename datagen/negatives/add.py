@@ -1,37 +1,38 @@
 """Add negatives: one more object or attribute, inserted where the caption stays fluent.
 
-- `obj`: one of five placements (`TEMPLATES`), the candidates shuffled by the caption's rng:
-  "X and a Y", "a Y and X" or "X with a Y" for the subject (a chunk that starts the caption),
-  "... next to a Y" / "... near a Y" after a caption that ends on an object not already "next
-  to" something and not a place, scene, weather or time of day (`settings`, `scenery` and the
-  places of the lexicon: "in the air next to a man", "in the deli next to a pan"); after such a
-  caption the neighbour stands by the subject, before its verb ("A man next to a dog flying a
-  kite in the air"). Y is a corpus noun seen in one caption with X (`with/<X>`), else in the same
-  role, by frequency, that fits the scene (`scene.SceneModel`: on average no rarer than chance
-  with the caption's nouns and verbs, not "giraffes ... near a desk"); never scenery, an event
-  or a place (`scenery` in the lexicon, the places of `swap_categories`: "a dog with a
-  street"), never a synonym or hypernym of a noun of the caption; a mass noun comes with "some" ("next to some food", `mass_nouns`). With "and", a
-  following `is/was/has` (also after "that" / "who" / "which") becomes `are/were/have`; a
-  co-subject must be able to do what X does (`guards.verb_need`: not "A pizza and two men
-  playing") and is a person or animal exactly when X is ("two zebras and a camera"); a
-  companion ("X with a Y") of a person or animal is no furniture or place ("The polar bear with
-  a chair"), of a thing no person or animal, and comes only where no preposition follows X ("A
-  woman with a table in blue jacket"); nothing is added to a chunk the tagger misread ("A
-  giraffe stares" as one chunk with the head "stares"); a subject whose verb is another
-  present-tense verb or comes later is left alone (no agreement rule for it). Positional / partitive chunks ("the top", "a
-  piece of") get nothing added. "X and a Y" after any chunk (the old rule) was a telltale
-  template and often no scene ("riding a man and a horse").
+- `obj`: one of five placements (`TEMPLATES`), the candidates shuffled by the caption's rng: "X
+  and a Y", "a Y and X" or "X with a Y" for the subject (a chunk that starts the caption), "...
+  next to a Y" / "... near a Y" after a caption that ends on an object not already "next to"
+  something and not a place, scene, weather or time of day (`settings`, `scenery` and the places
+  of the lexicon: "in the air next to a man", "in the deli next to a pan"); after such a caption
+  the neighbour stands by the subject, before its verb ("A man next to a dog flying a kite in
+  the air"). Y is a corpus noun seen in one caption with X (`with/<X>`), else in the same role,
+  by frequency, that fits the scene (`scene.SceneModel`: on average no rarer than chance with
+  the caption's nouns and verbs, not "giraffes ... near a desk"); never scenery, an event or a
+  place (`scenery` in the lexicon, the places of `swap_categories`: "a dog with a street"),
+  never a synonym or hypernym of a noun of the caption; a mass noun comes with "some" ("next to
+  some food", `mass_nouns`). With "and", a following `is/was/has` (also after "that" / "who" /
+  "which") becomes `are/were/have`; a co-subject must be able to do what X does
+  (`guards.verb_need`: not "A pizza and two men playing") and is a person or animal exactly when
+  X is ("two zebras and a camera"); a companion ("X with a Y") of a person or animal is no
+  furniture or place ("The polar bear with a chair"), of a thing no person or animal, and comes
+  only where no preposition follows X ("A woman with a table in blue jacket"); nothing is added
+  to a chunk the tagger misread ("A giraffe stares" as one chunk with the head "stares"); a
+  subject whose verb is another present-tense verb or comes later is left alone (no agreement
+  rule for it). Positional / partitive chunks ("the top", "a piece of") get nothing added. "X
+  and a Y" after any chunk (the old rule) was a telltale template and often no scene ("riding a
+  man and a horse").
 - `att`: an adjective inside a chunk, after its determiners, possessor ("a person's") and
   quantity words ("several", "different"), in English adjective order by attribute group (size
   before age before colour before material: "a large white bowl", not "a white large bowl"),
   drawn from adjectives seen with the same head noun (never one an image cannot refute:
-  `opinion_adjectives` are not mined), never one of the same attribute group as
-  an adjective already there ("a red brown horse"), never one nearly always true of the noun
-  (`TYPICAL_SHARE` of its corpus adjectives, or `typical_attributes`: "a white plate", "a green
-  field"), never between the words of a compound (`compounds`, or a modifier nearly always
-  there: "a teddy brown bear", "a hot fresh dog"), `a`/`an` fixed; a noun with no adjectives of
-  its own gets one from all the corpus's adjectives only of a group that fits its class (size /
-  age for a person, size / colour for a thing, none for a place: not "a young mirror").
+  `opinion_adjectives` are not mined), never one of the same attribute group as an adjective
+  already there ("a red brown horse"), never one nearly always true of the noun (`TYPICAL_SHARE`
+  of its corpus adjectives, or `typical_attributes`: "a white plate", "a green field"), never
+  between the words of a compound (`compounds`, or a modifier nearly always there: "a teddy
+  brown bear", "a hot fresh dog"), `a`/`an` fixed; a noun with no adjectives of its own gets one
+  from all the corpus's adjectives only of a group that fits its class (size / age for a person,
+  size / colour for a thing, none for a place: not "a young mirror").
 """
 from __future__ import annotations
 

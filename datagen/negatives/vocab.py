@@ -245,7 +245,8 @@ class Vocabulary:
         if self._scene_items[0] is not v:  # the caption's rules ask again and again
             self._scene_items = (v, scene_items(v))
         scene, known = self.scene, {}
-        context = tuple(sorted(self._scene_items[1] - {without}))  # one order: the same float sum in every process
+        # one order, so `fit` sums the same floats in the same order in every process
+        context = tuple(sorted(self._scene_items[1] - {without}))
 
         def accept(word: str) -> bool:
             ok = known.get(word)
