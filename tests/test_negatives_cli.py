@@ -58,7 +58,8 @@ def test_new_spellings_and_old_ones_with_notes_write_the_same(tmp_path, capsys):
     assert shards(tmp_path / "old") == shards(tmp_path / "new")
 
 
-@pytest.mark.parametrize("case", ["missing", "column", "read_only", "kind", "no_out", "three_paths"])
+@pytest.mark.parametrize("case", ["missing", "column", "read_only", "kind", "no_out", "three_paths",
+                                  "bad_vocab"])
 def test_errors_are_one_line_exit_2_and_nothing_written(tmp_path, capsys, case):
     src = write_csv(tmp_path / "caps.csv")
     out = tmp_path / "out"
@@ -69,6 +70,7 @@ def test_errors_are_one_line_exit_2_and_nothing_written(tmp_path, capsys, case):
         "kind": (["--src", str(src), "--out", str(out), "--kinds", "swap,swop"], "unknown negative kind 'swop'"),
         "no_out": (["--src", str(src)], "--out missing"),
         "three_paths": ([str(src), str(out), "extra"], "give the input as --src"),
+        "bad_vocab": (["--src", str(src), "--out", str(out), "--vocab", str(src)], "caps.csv: not a vocabulary file"),
     }[case]
     if case == "read_only" and not Path("/sys").is_dir():
         pytest.skip("no /sys to stand for a folder nobody may write")

@@ -181,15 +181,17 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
 
     if next(items(), None) is None:
         raise InputError(f"{input_path}: no captions (empty input)")
+    vocab_file = out_dir / VOCAB_FILE
+    # a given vocabulary is read before anything is written: a bad file leaves no --out behind
+    vocab = Vocabulary.from_json(vocab_path) if vocab_path and not vocab_file.is_file() else None
     out_dir.mkdir(parents=True, exist_ok=True)
     if not os.access(out_dir, os.W_OK):  # found before the vocabulary pass, not after it
         raise PermissionError(13, "Permission denied", str(out_dir))
-    vocab_file = out_dir / VOCAB_FILE
     parsed: list = []  # a fresh run parses the vocabulary sample once: the inline pass reuses it
-    vocab = None  # mined or read here: the inline pass uses it as is (what vocab.json holds)
+    # mined or read here: the inline pass uses it as is (what vocab.json holds)
     if not vocab_file.is_file():
-        vocab = (Vocabulary.from_json(vocab_path) if vocab_path
-                 else build_vocabulary(items(), vocab_sample, max_words, parsed if workers <= 1 else None))
+        if vocab is None:
+            vocab = build_vocabulary(items(), vocab_sample, max_words, parsed if workers <= 1 else None)
         vocab.to_json(vocab_file)
 
     writer = ShardSetWriter(out_dir, max_count=shard_size, features=features, order=order)
