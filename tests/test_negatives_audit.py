@@ -81,9 +81,12 @@ def test_sugarcrepe_captions_as_corpus_smoke(shared_benchmarks):
     # keeps >= 93 % (the floor below; 94.8 % since session 28's scene check), which is what
     # issue 17's 80 % is about; replace:obj 0.8: only nouns that fit the scene since session 28
     # (88.5 -> 85.2 % on all 4,345 captions, 82 % on these 1,500, whose smaller scene model
-    # refuses more)
+    # refuses more); replace:att 0.25: since session 29 an adjective of no attribute group, or of
+    # an animal, food, plant or place, is replaced only by one seen with its head, and never the
+    # first half of a unit ("polar bear") (43.6 -> 34.4 % on all 4,345 captions, 30.0 % on these
+    # 1,500, whose smaller vocabulary knows fewer adjectives per head)
     for kind, floor in {"replace:obj": 0.8, "replace:rel": 0.45, "add:obj": 0.75, "add:att": 0.85,
-                        "swap:obj": 0.02, "swap:noun": 0.2, "replace:att": 0.35}.items():
+                        "swap:obj": 0.02, "swap:noun": 0.2, "replace:att": 0.25}.items():
         assert coverage[kind] >= floor, (kind, coverage[kind])
     for kind, floor in {"swap": 0.25, "replace": 0.9, "add": 0.93}.items():
         assert coverage_kind[kind] >= floor, (kind, coverage_kind[kind])

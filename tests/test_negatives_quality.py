@@ -2,6 +2,7 @@
 captions (SugarCrepe's positives, read in place), the plausibility filter, the English filter
 and input errors."""
 import csv
+import random
 from collections import Counter
 import re
 from pathlib import Path
@@ -302,7 +303,8 @@ def test_noun_swaps_prefer_two_things_of_one_kind(nlp, captions, vocab):
 def test_judged_files_are_complete_and_summarised(repo_root, tmp_path):
     for name in ("negatives_judged_before.tsv", "negatives_judged_mid.tsv", "negatives_judged_after.tsv",
                  "negatives_judged_session25.tsv", "negatives_judged_session27.tsv",
-                 "negatives_judged_session28_scene.tsv", "negatives_judged_session28.tsv"):
+                 "negatives_judged_session28_scene.tsv", "negatives_judged_session28.tsv",
+                 "negatives_judged_session28_rejudged.tsv", "negatives_judged_session29.tsv"):
         summary = audit.judged_summary(repo_root / "docs" / name)
         assert [summary[k]["n"] for k in ("swap", "replace", "add", "all")] == [100, 100, 100, 300]
         assert all(0 <= summary["all"][c] <= 1 for c in ("grammatical", "different", "plausible", "all_three"))
@@ -680,3 +682,71 @@ def test_adjectives_an_image_cannot_refute_are_never_drawn(nlp, vocab, captions)
         brought = [(c, n) for c, n in out
                    if set(re.findall(r"[a-z]+", n.lower())) - set(re.findall(r"[a-z]+", c.lower())) & OPINION_ADJECTIVES]
         assert out and not brought, brought[:5]
+
+
+@pytest.mark.parametrize("caption, subject, neighbour", [
+    ("A giraffe stares at the camera.", "a giraffe stares", True),  # a verb read as the chunk's head
+    # a particle inside the chunk; the caption ends on a place, so only the subject could get a neighbour
+    ("A red pick up truck with a plow blade drives down a snowy suburban road.", "a red pick up truck", False),
+    ("A woman surfer holding a surfboard.", "a woman surfer", True),  # a noun read as a verb
+])
+def test_add_obj_adds_nothing_to_a_misread_subject(nlp, vocab, caption, subject, neighbour):
+    """Nothing goes before, into or after a subject the tagger cut or stretched ("An ear and a
+    giraffe stares", "A red pick next to a car up truck", "A woman with a dress surfer"); a
+    neighbour after the last object is still added."""
+    from datagen.negatives.add import add_obj
+    doc = nlp(caption)
+    out = [n.text for seed in range(40) for n in add_obj(doc, random.Random(seed), vocab=vocab)]
+    assert bool(out) == neighbour, out[:3]
+    assert all(n.lower().startswith(subject) for n in out), [n for n in out if not n.lower().startswith(subject)][:3]
+
+
+def test_replace_att_keeps_units_and_draws_from_the_head_where_the_group_is_not_free(nlp, vocab, captions):
+    """The first half of a unit is no attribute ("a polar bear" -> "a brown bear", "a high chair"
+    -> "a wooden chair" are not negatives); an adjective of no attribute group, and one of an
+    animal, food, plant or place (but for size), is replaced only by one seen with its head noun
+    ("a low position" -> "a black position", "two blue dogs", "blue rice" came from all the
+    corpus's)."""
+    from datagen.negatives.replace import _head_of, _natural, replace_att
+    from datagen.negatives.vocab import ATTRIBUTE_OF
+    units = _outputs(nlp, vocab, replace_att, real(captions, r"\b(polar bears?|high chairs?)\b", 10))
+    assert units and all(re.search(r"\b(polar bear|high chair)", n.lower()) for _, n in units), units[:3]
+    found = (real(captions, r"\b(a|the) (grassy|empty|low|dirty|fancy|electric|clear|open|wet) \w+", 60)
+             + real(captions, r"\b(black|white|brown|green|red) (dogs?|cows?|rice|apples?|field|grass|bananas?)\b", 60))
+    checked = 0
+    for doc in nlp.pipe(found):
+        v = view(doc)
+        for seed in range(6):
+            for n in replace_att(doc, random.Random(seed), vocab=vocab, limit=3):
+                words = view(nlp(n.text)).lower
+                changed = [i for i, (a, b) in enumerate(zip(v.lower, words)) if a != b and a not in ("a", "an")]
+                if len(words) != len(v) or len(changed) != 1:
+                    continue
+                head, new, group = _head_of(v, changed[0]), words[changed[0]], ATTRIBUTE_OF.get(v.lower[changed[0]])
+                if group is not None and (group == "size" or not _natural(head)):
+                    continue
+                checked += 1
+                assert head and new in vocab.words(f"adj/{head}"), (doc.text, n.text)
+    assert checked > 40, checked
+
+
+def test_replace_rel_leaves_things_postures_times_and_fixed_phrases(nlp, vocab):
+    """A thing's posture verb says only where it is ("A pie sits / stands on a plate", and other
+    verbs made "Assorted meal chewing on a plate"); a preposition of time ("on a cloudy day" ->
+    "behind a cloudy day") or of a fixed phrase ("across from", "along with") relates no two
+    things. A person's or an animal's posture is still replaced, also behind "a group of"."""
+    from datagen.negatives.replace import replace_rel
+
+    def outputs(caption):
+        doc = nlp(caption)
+        return [n.text.lower() for seed in range(30) for n in replace_rel(doc, random.Random(seed), vocab=vocab, limit=3)]
+    for caption, kept in [("A pizza sitting on a wooden table.", "pizza sitting"),
+                          ("A cup lies on a white plate.", "cup lies"),
+                          ("A plane flying over a city on a cloudy day.", "on a cloudy day"),
+                          ("A man sitting in a chair across from a table.", "across from"),
+                          ("A laptop sitting on the desk along with other tools.", "along with")]:
+        out = outputs(caption)
+        assert out and all(kept in n for n in out), (caption, [n for n in out if kept not in n][:3])
+    for caption, posture in [("A man sitting on a wooden bench.", "man sitting"),
+                             ("A herd of cows sitting on dry grass.", "cows sitting")]:
+        assert any(posture not in n for n in outputs(caption)), caption

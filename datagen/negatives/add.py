@@ -17,11 +17,11 @@
   X is ("two zebras and a camera"); a companion ("X with a Y") of a person or animal is no
   furniture or place ("The polar bear with a chair"), of a thing no person or animal, and comes
   only where no preposition follows X ("A woman with a table in blue jacket"); nothing is added
-  to a chunk the tagger misread ("A giraffe stares" as one chunk with the head "stares"); a
-  subject whose verb is another present-tense verb or comes later is left alone (no agreement
-  rule for it). Positional / partitive chunks ("the top", "a piece of") get nothing added. "X
-  and a Y" after any chunk (the old rule) was a telltale template and often no scene ("riding a
-  man and a horse").
+  to a chunk the tagger misread ("A giraffe stares" as one chunk with the head "stares", "A red
+  pick | up truck", "A woman | surfer riding"); a subject whose verb is another present-tense
+  verb or comes later is left alone (no agreement rule for it). Positional / partitive chunks
+  ("the top", "a piece of") get nothing added. "X and a Y" after any chunk (the old rule) was a
+  telltale template and often no scene ("riding a man and a horse").
 - `att`: an adjective inside a chunk, after its determiners, possessor ("a person's") and
   quantity words ("several", "different"), in English adjective order by attribute group (size
   before age before colour before material: "a large white bowl", not "a white large bowl"),
@@ -40,6 +40,7 @@ import random
 from functools import lru_cache
 
 from datagen.negatives import lexicon
+from datagen.negatives.attributes import makes_unit, typical_adjectives
 from datagen.negatives.base import register_negative
 from datagen.negatives.guards import animacy, fits, place, subject_verb, verb_need
 from datagen.negatives.replace import vocab_or_builtin
@@ -80,16 +81,6 @@ _NEAR = {"next", "near", "beside", "by"}  # "next to a map next to a cake": one 
 # rain next to a shirt", "in the deli next to a pan"): scenery, the places of swap_categories
 # and the lexicon's `settings`
 _SETTINGS = lexicon.words("settings")
-# two words that make one thing ("hot dog", "teddy bear"): nothing goes between them; a single
-# word is always the first half of one ("teddy", "brief")
-_COMPOUNDS = frozenset(lexicon.lexicon()["compounds"])
-_TYPICAL = {noun: frozenset(adjs.split()) for noun, adjs in lexicon.lexicon()["typical_attributes"].items()}
-# An adjective that is at least this share of a head noun's adjectives in the corpus (with at
-# least _TYPICAL_MIN of them) is nearly always true of it ("a white plate" 62 %, "a red sign"
-# 40 %, "a large airplane" 45 % of 3,000 SugarCrepe captions): adding it changes nothing, and
-# before the head it is likely half of a unit ("hot dog" 33 %, "polar bear" 34 %).
-TYPICAL_SHARE = 0.3
-_TYPICAL_MIN = 5
 
 
 # Attribute groups an adjective drawn from all the corpus's adjectives (`adj/*`, when the head
@@ -103,35 +94,6 @@ _FALLBACK_GROUPS = {cls: frozenset(w for g in groups for w in ATTRIBUTE_GROUPS[g
 def _setting(word: str) -> bool:
     """A place, scene, weather or time of day: no "next to a Y" after it."""
     return place(word) or word in _SETTINGS or crude_lemma(word) in _SETTINGS
-
-
-def _typical(voc, head: str) -> frozenset:
-    """The adjectives nearly always true of `head` (`TYPICAL_SHARE` of its corpus adjectives,
-    singular and plural buckets together, and the lexicon's `typical_attributes`); remembered
-    on the vocabulary."""
-    cache = voc.__dict__.setdefault("_add_typical", {})
-    found = cache.get(head)
-    if found is None:
-        lemma = crude_lemma(head)
-        counts: dict[str, int] = {}
-        buckets = getattr(voc, "buckets", {})
-        for name in {f"adj/{head}", f"adj/{lemma}", f"adj/{lemma}s"}:
-            for w, n in buckets.get(name, ()):
-                counts[w] = counts.get(w, 0) + n
-        total = sum(counts.values())
-        found = frozenset(w for w, n in counts.items() if total >= _TYPICAL_MIN and n >= TYPICAL_SHARE * total)
-        found |= _TYPICAL.get(head, frozenset()) | _TYPICAL.get(lemma, frozenset())
-        cache[head] = found
-    return found
-
-
-def _unit(v, i: int, typical: frozenset) -> bool:
-    """Tokens `i - 1` and `i` make one thing: a listed compound ("hot dog", "teddy bear") or a
-    modifier that is nearly always there with this head ("polar bear")."""
-    before = v.lower[i - 1]
-    return (f"{before} {v.lower[i]}" in _COMPOUNDS or before in _COMPOUNDS
-            or (before in typical and before not in ATTRIBUTE_OF  # "small children": no unit
-                and v.pos[i - 1] in ("ADJ", "NOUN", "PROPN")))
 
 
 def _addable_words(voc, bucket: str) -> frozenset:
@@ -209,11 +171,15 @@ def _draw(voc, rng: random.Random, buckets: list[str], head: str, nouns: tuple[s
 
 
 def _misread(v, c) -> bool:
-    """"a"/"an" ... singular noun + plural head: the tagger took a verb for a noun ("A giraffe
-    stares" read as one chunk with the head "stares"; not "a few cows"), so the chunk's head is
-    not the object."""
-    return (v.tags[c.head] == "NNS" and v.lower[c.start] in ("a", "an")
-            and c.head > c.start + 1 and v.tags[c.head - 1] == "NN")
+    """The tagger cut or stretched the chunk, so its head is not the object: "a"/"an" ...
+    singular noun + plural head, a verb taken for a noun ("A giraffe stares" read as one chunk
+    with the head "stares"; not "a few cows"); or the object goes on after it, a particle or a
+    noun taken for a verb ("A red pick | up truck", "A woman | surfer riding": a singular noun
+    is never followed by its own verb's plain present form)."""
+    after = v.tags[c.end] if c.end < len(v) else ""
+    return (after == "RP" or (after == "VBP" and v.tags[c.head] == "NN")
+            or (v.tags[c.head] == "NNS" and v.lower[c.start] in ("a", "an")
+                and c.head > c.start + 1 and v.tags[c.head - 1] == "NN"))
 
 
 @register_negative("add", "obj")
@@ -306,7 +272,7 @@ def add_att(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
             group = ATTRIBUTE_OF.get(v.lower[a])
             if group:
                 avoid = avoid | set(ATTRIBUTE_GROUPS[group].split())
-        typical = _typical(voc, head)
+        typical = typical_adjectives(voc, head)
         avoid = avoid | typical
         new = voc.sample(rng, [f"adj/{head}"], head, avoid=avoid) if f"adj/{head}" in getattr(voc, "buckets", ()) else None
         if new is None:  # any corpus adjective, of a group that fits the noun's class
@@ -325,7 +291,7 @@ def add_att(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Nega
         while at < c.noun_start and ((v.pos[at] == "ADJ" and _order(v.lower[at]) <= rank)
                                      or (at in v.modifiers and v.pos[at] != "VERB")):
             at += 1
-        while at > first and _unit(v, at, typical):  # "a brown teddy bear", not "a teddy brown bear"
+        while at > first and makes_unit(v, at, typical):  # "a brown teddy bear", not "a teddy brown bear"
             at -= 1
         return render(insert_at(v, at, [new]), v.cap)
     return pick(v, rng, chunks * limit, build, "add", "att", limit)

@@ -7,8 +7,8 @@ of the replaced word and never a word already in the caption:
 | sub-kind | replaces                                   | drawn from                                  |
 |----------|--------------------------------------------|---------------------------------------------|
 | `obj`    | a chunk's head noun (NN or NNS)            | nouns of that tag after the same governor ("on a [bench]"), of the same class (person / animal / thing / place) and fitting the subject's verb, one kind of thing first, then nouns seen with the caption's other objects; fitting the rest of the scene (`scene.SceneModel`: on average no rarer than chance with the caption's other nouns and verbs, not "a zebra standing next to a toilet"); a person's gender is never changed while a pronoun of the old gender is in the caption (`gender` in the lexicon: "A woman taking a picture of himself"); a singular head keeps its countability (`mass_nouns`: not "crossing a water", not "a plate with fork" for "with rice") |
-| `att`    | an adjective                               | its attribute group (colour -> colour), else adjectives seen with the same head noun; never one an image cannot refute (`opinion_adjectives` are not mined: "beautiful", "delicious") |
-| `rel`    | a verb (same tag) or a relation preposition | verbs seen before the same object noun or preposition (none without one), fitting the subject and seen in the corpus with a subject of its kind (person / animal / thing and kind of thing: no "A pizza parked", "A man grazing"); prepositions from `relation_contrasts` (on -> under, with -> without) |
+| `att`    | an adjective, not the first half of a unit ("polar bear", "high chair": `attributes.makes_unit`) | its attribute group (colour -> colour; for an animal, food, plant or place, but for size, only group mates seen with the head: no "blue dogs", "blue rice"), else only adjectives seen with the same head noun; never one an image cannot refute (`opinion_adjectives` are not mined: "beautiful", "delicious") |
+| `rel`    | a verb (same tag) or a relation preposition | verbs seen before the same object noun or preposition (none without one), fitting the subject and seen in the corpus with a subject of its kind (person / animal / thing and kind of thing: no "A pizza parked", "A man grazing"); prepositions from `relation_contrasts` (on -> under, with -> without), never one of a time ("on a cloudy day") or of a fixed phrase ("across from"); a thing's posture verb (`posture_verbs`: "A pie sits on a plate") is never replaced |
 """
 from __future__ import annotations
 
@@ -19,16 +19,19 @@ from datagen.negatives.base import register_negative
 from datagen.negatives.swap import pick
 from datagen.negatives.text import View, match_case, render, replace_at, view
 from datagen.negatives import lexicon
-from datagen.negatives.guards import animacy, fits, kind_of, noun_class, subject_verb, verb_need
+from datagen.negatives.attributes import makes_unit, typical_adjectives
+from datagen.negatives.guards import animacy, fits, kind_of, noun_class, place, subject_verb, verb_need
 from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, MASS_NOUNS, PREP_STOP,
                                      Vocabulary, builtin_vocabulary, crude_lemma, is_part_noun,
                                      noun_roles, verb_roles)
 from datagen.schema import Negative
 
-# "on top of", "in front of", "at the edge of": the preposition is part of a fixed phrase.
+# "on top of", "at the edge of", "across from": the preposition is part of a fixed phrase
 FIXED_AFTER_PREP = lexicon.words("fixed_after_prep")
 FIXED_BEFORE_PREP = lexicon.words("fixed_before_prep")  # "next to", "close to", "out of"
 CONTRASTS: dict[str, str] = lexicon.lexicon()["relation_contrasts"]
+TIMES = lexicon.words("times")  # "on a cloudy day", "at night": no relation between two things
+POSTURE = frozenset(lexicon.words("posture_verbs"))  # a cup sitting / lying on a table: the same
 
 _GENDER = lexicon.lexicon()["gender"]
 _GENDER_OF = {w: g for g in ("male", "female") for w in _GENDER[g].split()}
@@ -214,6 +217,12 @@ def _head_of(v: View, i: int) -> Optional[str]:
     return None
 
 
+def _natural(head: Optional[str]) -> bool:
+    """An animal, a food, a plant or a place: its colour, material, age or state is not free
+    (a bus can be any colour, a dog or rice cannot)."""
+    return bool(head) and (animacy(head) == "animal" or kind_of(head) in ("food", "plant") or place(head))
+
+
 @register_negative("replace", "att")
 def replace_att(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[Negative]:
     v, voc = view(doc), vocab_or_builtin(vocab)
@@ -222,18 +231,29 @@ def replace_att(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
 
     def build(i):
         word, head = v.lower[i], _head_of(v, i)
-        buckets = ([f"adj/{head}"] if head else []) + ["adj/*"]
+        if head and i + 1 < len(v) and makes_unit(v, i + 1, typical_adjectives(voc, head)):
+            return None  # half of one thing: "a polar bear", "a high chair"
         group = ATTRIBUTE_OF.get(word)
-        if group is None:
-            new = voc.sample(rng, buckets, word, avoid=v.lemmas)
+        own = [f"adj/{head}"] if head else []
+        if group is None or (group != "size" and _natural(head)):
+            # no group to stay in, or an animal, food, plant or place: only adjectives seen with
+            # the head ("a low position" -> "a black position", "two blue dogs", "blue rice",
+            # "a young street" came from all the corpus's)
+            new = voc.sample(rng, own, word, avoid=v.lemmas, keep=_MATES.get(group)) if own else None
         else:
             mates = _MATES[group]
-            new = voc.sample(rng, buckets, word, avoid=v.lemmas, keep=mates)
+            new = voc.sample(rng, own + ["adj/*"], word, avoid=v.lemmas, keep=mates)
             if new is None:  # the corpus lacks group mates: use the group list itself
                 new = Vocabulary({"g": [(w, 1) for w in sorted(mates)]}).sample(
                     rng, ["g"], word, avoid=v.lemmas)
         return _replace(v, i, new)
     return pick(v, rng, adjs * limit, build, "replace", "att", limit)
+
+
+def _of_time(v: View, i: int) -> bool:
+    """The preposition `i` takes a time, not a thing: "on a cloudy day", "at night"."""
+    c = v.chunk_at[i + 1] if i + 1 < len(v) else -1
+    return c >= 0 and v.chunks[c].start == i + 1 and v.lower[v.chunks[c].head] in TIMES
 
 
 @register_negative("replace", "rel")
@@ -242,12 +262,12 @@ def replace_rel(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
     slots = [i for i in range(len(v)) if _plain(v, i) and i not in v.modifiers and (
         (v.pos[i] == "VERB" and v.tags[i].startswith("VB"))
         or (v.tags[i] == "IN" and v.pos[i] == "ADP" and v.lower[i] not in PREP_STOP
-            and (i + 1 == len(v) or v.lower[i + 1] not in FIXED_AFTER_PREP)
+            and (i + 1 == len(v) or v.lower[i + 1] not in FIXED_AFTER_PREP) and not _of_time(v, i)
             and (i == 0 or v.lower[i - 1] not in FIXED_BEFORE_PREP)))]
 
     subjects: dict[int, str] = {}  # verb token -> the head noun of its subject
     for c in v.chunks:
-        at = subject_verb(v, c, c.start == 0)
+        at = subject_verb(v, c, c.start == 0) if not is_part_noun(v, c) else None  # "a group of [people]"
         if at is not None:
             subjects.setdefault(at, v.lower[c.head])
 
@@ -256,6 +276,9 @@ def replace_rel(doc, rng: random.Random, *, vocab=None, limit: int = 1) -> list[
         if v.pos[i] != "VERB":  # a preposition: only one that changes the scene (on -> under)
             others = sorted(set(CONTRASTS.get(word, "").split()) - v.lemmas)
             return _replace(v, i, rng.choice(others)) if others else None
+        if word in POSTURE and i in subjects and animacy(subjects[i]) is None:
+            return None  # a thing sitting, standing or lying: each says where it is, and other
+            # verbs make no scene ("A pie stands on a plate", "Assorted meal chewing on a plate")
         # a verb seen with the same object or preposition ("swinging" a racket), never one
         # that needs another kind of subject ("A stop sign holding") or that the corpus never
         # gives a subject of this kind ("A pizza parked", "A man grazing"), no role-less guess
