@@ -29,6 +29,7 @@ from typing import Any, Optional, Sequence
 
 from compclip.cli import (InputError, add_subparsers, comma_list, deprecated, exit_program, make_parser,
                           one_line, run)
+from datagen.negatives.base import SPACY_MODEL
 
 DELEGATED = {"negatives": ("datagen.negatives.__main__", "hard-negative captions for captions "
                            "files or shard sets (python -m datagen negatives --help)"),
@@ -247,11 +248,16 @@ def cmd_prepare_coco(args) -> dict:
                          "--karpathy FILE (dataset_coco.json)")
     _input_file(args.captions, "--captions")
     _input_file(args.karpathy, "--karpathy")
+    if args.negatives is None:  # every kind of the rule set
+        args.negatives = "swap,replace,add" if args.rules == "compclip" else "swap"
     if not Path(args.images).is_dir():
         raise InputError(f"{args.images}: no such folder of images (--images)")
     stage1 = {"--captions": _path(args.captions), "--karpathy": _path(args.karpathy),
               "--split": comma_list(args.split) if args.karpathy else None,
               "--images": _path(args.images), "--negatives": comma_list(args.negatives),
+              "--rules": args.rules, "--spacy-model": args.spacy_model,
+              "--require-negative": args.require_negative,
+              "--one-caption-per-image": args.one_caption_per_image,
               "--mode": args.mode, "--cap": args.cap, "--seed": args.seed, "--vocab": _path(args.vocab),
               "--max-side": args.max_side, "--limit": args.limit, "--max-count": args.max_count}
     if args.knn:
@@ -267,6 +273,9 @@ def cmd_prepare_coco(args) -> dict:
     knn_options = {"method": args.method, "batch_size": args.batch_size, "dtype": args.dtype}
     return prepare_coco(args.out, args.images, captions=args.captions, karpathy=args.karpathy,
                         splits=comma_list(args.split), kinds=comma_list(args.negatives) or None,
+                        rules=args.rules, spacy_model=args.spacy_model,
+                        require_negative=args.require_negative,
+                        one_caption_per_image=args.one_caption_per_image,
                         mode=args.mode, cap=args.cap, seed=args.seed, workers=args.workers,
                         shard_size=args.max_count, skip_missing=args.skip_missing,
                         max_side=args.max_side, limit=args.limit, vocab=args.vocab, knn=args.knn,
@@ -374,11 +383,20 @@ def _prepare_parsers(sub) -> None:
                    help="Karpathy splits to keep, comma-separated (train, restval, val, test)")
     p.add_argument("--images", required=True, help="images folder: train2017/ for --captions; "
                    "the folder holding train2014/ and val2014/ for --karpathy")
-    p.add_argument("--negatives", default="swap,replace,add",
-                   help="negative kinds, comma-separated (swap, replace:obj, add, ...)")
+    p.add_argument("--rules", choices=("compclip", "negclip"), default="compclip",
+                   help="negative rule set: compclip (guarded swap / replace / add, plausibility filter) "
+                        "or negclip (NegCLIP's swaps as its authors' script made them)")
+    p.add_argument("--spacy-model", default=SPACY_MODEL, help="installed spaCy pipeline for the negatives")
+    p.add_argument("--require-negative", action="store_true",
+                   help="leave out captions that get no negative, as NegCLIP's script did")
+    p.add_argument("--one-caption-per-image", action="store_true",
+                   help="keep only the first caption of each image (input order), as NegCLIP's data script did")
+    p.add_argument("--negatives", default=None,
+                   help="negative kinds, comma-separated (swap, replace:obj, add, ...; "
+                        "default: every kind of the rule set)")
     p.add_argument("--mode", choices=("sample", "all"), default="sample",
                    help="one negative per sub-kind, or every distinct one up to --cap")
-    p.add_argument("--cap", type=_positive, default=8, help="negatives per caption at most with --mode all")
+    p.add_argument("--cap", type=_positive, default=8, help="negatives per sub-kind at most with --mode all")
     p.add_argument("--workers", type=_positive, default=1, help="negative-generation processes")
     p.add_argument("--vocab", default=None, help="replacement vocabulary JSON to reuse")
     p.add_argument("--knn", type=int, default=0, metavar="K",

@@ -132,6 +132,16 @@ def _read_json(path: Path) -> dict[str, Any]:
     return value
 
 
+def check_features(manifest: dict[str, Any], features: Optional[dict[str, Any]], path: str | Path) -> None:
+    """Refuse (SchemaError) to add to a set whose manifest records other `features`; a manifest
+    with no features and no shards yet (one `pin_options` started) takes any."""
+    recorded = manifest.get("features")
+    if not recorded and not manifest.get("shards"):
+        return
+    if features and recorded not in (None, features):
+        raise SchemaError(f"{path}: existing shard set has features {recorded}, not {features}")
+
+
 class ShardSetWriter:
     """Append samples to a shard set; see the module docstring for the resume contract."""
 
@@ -146,11 +156,9 @@ class ShardSetWriter:
         path = self.directory / MANIFEST
         if path.is_file():
             self.manifest = read_manifest(self.directory)
+            check_features(self.manifest, features, path)
             if features and not self.manifest.get("features") and not self.manifest["shards"]:
                 self.manifest["features"] = features  # a manifest `pin_options` started
-            if features and self.manifest.get("features") not in (None, features):
-                raise SchemaError(f"{path}: existing shard set has features "
-                                  f"{self.manifest.get('features')}, not {features}")
         else:
             self.manifest = {"schema_version": SCHEMA_VERSION, "features": features or {},
                              "shards": [], "complete": False}
@@ -158,6 +166,7 @@ class ShardSetWriter:
             check_order(self.manifest, order, path)
             self.manifest[ORDER_KEY] = order
         self._coco_ids: list[Any] = []  # meta["coco_id"] of the samples this writer added
+        self._count_negatives = bool((self.manifest.get("features") or {}).get("negatives"))
         self._earlier = [s["name"] for s in self.manifest["shards"]]  # complete before: read on close
         self._open_shard()
 
@@ -177,11 +186,12 @@ class ShardSetWriter:
         self._tar = tarfile.open(self._tmp, "w", format=tarfile.USTAR_FORMAT)
         self._count = self._inputs = self._bytes = 0
         self._skipped: Counter[str] = Counter()
+        self._negatives: Counter[int] = Counter()  # samples by their number of negatives
 
     def add(self, sample: ShardSample, inputs: int = 1) -> None:
         """Write one sample that consumed `inputs` input items."""
         members = {k: v for k, v in sample.to_wds().items() if not k.startswith("__")}
-        self._write(sample.key, members, inputs)
+        self._write(sample.key, members, inputs, len(sample.negatives))
         self._note_coco_id(sample.meta)
 
     def add_raw(self, raw: dict[str, Any], inputs: int = 1,
@@ -193,7 +203,7 @@ class ShardSetWriter:
         members.update(extra or {})
         key = raw["__key__"]
         sample = ShardSample.from_wds({"__key__": key, **members}, require_image=False)
-        self._write(key, members, inputs)
+        self._write(key, members, inputs, len(sample.negatives))
         self._note_coco_id(sample.meta)
 
     def _note_coco_id(self, meta: Optional[dict[str, Any]]) -> None:
@@ -202,7 +212,9 @@ class ShardSetWriter:
         if coco_id is not None:
             self._coco_ids.append(coco_id)
 
-    def _write(self, key: str, members: dict[str, bytes], inputs: int) -> None:
+    def _write(self, key: str, members: dict[str, bytes], inputs: int, negatives: int = 0) -> None:
+        if self._count_negatives:
+            self._negatives[negatives] += 1
         for member, value in members.items():
             info = tarfile.TarInfo(f"{key}.{member}")
             info.size, info.mtime, info.mode = len(value), 0, 0o444  # mtime 0: reproducible bytes
@@ -228,6 +240,9 @@ class ShardSetWriter:
         self.manifest["shards"].append({
             "name": self._name, "samples": self._count, "inputs": self._inputs,
             "bytes": final.stat().st_size, "sha256": _sha256(final), "skipped": dict(self._skipped)})
+        if self._count_negatives:
+            self.manifest["shards"][-1]["negatives_per_sample"] = {
+                str(n): c for n, c in sorted(self._negatives.items())}
         self._write_manifest()
         self._open_shard()
 
@@ -247,6 +262,8 @@ class ShardSetWriter:
             atomic_write(self.directory / IMAGE_IDS,
                          lambda f: f.writelines(f"{i}\n" for i in sorted(ids)), "w")
             self.manifest["image_ids"] = IMAGE_IDS
+        if self._count_negatives:
+            self.manifest["negatives_per_sample"] = negatives_per_sample(self.manifest)
         self.manifest["complete"] = True
         self._write_manifest()
         return self.manifest
@@ -261,6 +278,24 @@ class ShardSetWriter:
             self._tar.close()
             if self._tmp.exists():
                 self._tmp.unlink()
+
+
+def negatives_per_sample(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The set's samples by their number of hard negatives (`neg.json` entries), summed over
+    the shards' records: `{"histogram": {"0": n0, "1": n1, ...}, "mean": m, "with_none": share}`.
+    Shards written before the record existed are left out (`shards_counted` says how many
+    were counted)."""
+    total: Counter[int] = Counter()
+    counted = 0
+    for shard in manifest.get("shards", []):
+        if "negatives_per_sample" in shard:
+            counted += 1
+            total.update({int(n): c for n, c in shard["negatives_per_sample"].items()})
+    samples = sum(total.values())
+    return {"histogram": {str(n): c for n, c in sorted(total.items())},
+            "mean": round(sum(n * c for n, c in total.items()) / samples, 4) if samples else None,
+            "with_none": round(total[0] / samples, 6) if samples else None,
+            "shards_counted": counted}
 
 
 def iter_raw_samples(shard: str | Path) -> Iterator[dict[str, Any]]:

@@ -2,6 +2,8 @@
 
     python -m datagen negatives generate --src captions_train2017.json --out out/ [--workers 1]
         [--mode all] [--kinds swap,add] [--images train2017/ [--skip-missing]]
+    python -m datagen negatives generate --rules negclip --mode all --cap 64 --require-negative \
+        --src captions.json --out out/           # NegCLIP's swaps, as its authors' script made them
     python -m datagen negatives audit --sugarcrepe ../shared/benchmarks/sugarcrepe \
         --json audit.json --markdown audit.md [--ours out/] [--judge-sample to_judge.tsv]
     python -m datagen negatives judged docs/negatives_judged_before.tsv docs/negatives_judged_after.tsv
@@ -29,6 +31,7 @@ from typing import Optional, Sequence
 
 from compclip.cli import (CommaList, InputError, add_subparsers, deprecated, exit_program, make_parser,
                           rename, run)
+from datagen.negatives.base import SPACY_MODEL
 from datagen.negatives.plausibility import DEFAULT_MARGIN, parse_margin
 
 PROG = "python -m datagen negatives"
@@ -57,7 +60,10 @@ def _src_out(args: argparse.Namespace) -> tuple[str, str]:
 def _generate(args: argparse.Namespace) -> int:
     src, out = _src_out(args)
     from datagen.negatives.rules import select_kinds
-    select_kinds(args.kinds or None)  # an unknown kind is refused before any work
+    select_kinds(args.kinds or None, args.rules)  # an unknown kind is refused before any work
+    if args.rules == "negclip" and (args.lm_model or args.no_plausibility):
+        raise InputError("generate: --rules negclip has no plausibility filter (NegCLIP's script had "
+                         "none); drop --lm-model / --no-plausibility")
     from datagen.negatives.pipeline import run_generate
     images = None
     if args.images:
@@ -71,8 +77,9 @@ def _generate(args: argparse.Namespace) -> int:
                           caption_col=args.caption_col, limit=args.limit, images=images,
                           skip_missing=args.skip_missing,
                           plausibility=None if args.no_plausibility else (
-                              f"hf:{args.lm_model}" if args.lm_model else "ngram"),
-                          margin=args.margin)
+                              f"hf:{args.lm_model}" if args.lm_model else "auto"),
+                          margin=args.margin, rules=args.rules, spacy_model=args.spacy_model,
+                          require_negative=args.require_negative)
     print(json.dumps(result["stats"], indent=1, sort_keys=True))
     return 0
 
@@ -128,12 +135,21 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     gen.add_argument("--src", default=None,
                      help="captions input: COCO / Karpathy JSON, CSV / TSV, .tar shard or shard set folder")
     gen.add_argument("--out", default=None, help="output shard set folder (resumed if it exists)")
+    gen.add_argument("--rules", choices=("compclip", "negclip"), default="compclip",
+                     help="rule set: compclip (guarded swap / replace / add with the plausibility "
+                          "filter) or negclip (NegCLIP's swaps exactly as its authors' script made them)")
+    gen.add_argument("--spacy-model", default=SPACY_MODEL,
+                     help="installed spaCy pipeline to parse with (recorded in the manifest; "
+                          "NegCLIP's authors used en_core_web_lg)")
+    gen.add_argument("--require-negative", action="store_true",
+                     help="leave out captions that get no negative (counted as no_negative), as "
+                          "NegCLIP's script did")
     gen.add_argument("--kinds", action=CommaList, default=None,
                      help="comma-separated kinds or kind:sub-kind, e.g. swap,replace:obj,add "
                           "(if not given: every registered rule)")
     gen.add_argument("--mode", choices=("sample", "all"), default="sample",
                      help="one negative per sub-kind, or every distinct one up to --cap")
-    gen.add_argument("--cap", type=int, default=8, help="negatives per sub-kind in --mode all")
+    gen.add_argument("--cap", type=int, default=8, help="negatives per sub-kind in --mode all (0: all)")
     gen.add_argument("--seed", type=int, default=0,
                      help="seed of the negatives (caption i draws from seed:i) and of the sample order")
     gen.add_argument("--workers", type=int, default=1, help="worker processes, one per free core")

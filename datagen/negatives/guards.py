@@ -16,8 +16,8 @@ cat"). `swap_allowed(v, a, b)` keeps a swap of the noun chunks `a` and `b` only 
 - (without `strict`) a thing that is a verb's direct object only trades places with another
   verb's object ("A man holding a tennis court in his hand while on the tennis racket");
 
-and, with `strict`, also when (swap:obj takes only strict pairs; NegCLIP's sub-kinds only prefer
-them, then the allowed ones, then any pair: `swap._swap_pairs`)
+and, with `strict`, also when (swap:obj takes only strict pairs; the sub-kinds named after NegCLIP's types take
+the strict pairs when a caption has any, then the allowed ones, then any pair: `swap._swap_pairs`)
 - the relation between them does not read the same both ways ("a man standing next to a woman"
   -> "a woman standing next to a man" says the same: `symmetric_relations`), unless the second
   one does something of its own;

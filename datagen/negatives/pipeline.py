@@ -2,10 +2,11 @@
 
     run_generate("captions_train2017.json", "out/", workers=1)
 
-1. Vocabulary: `out/vocab.json` if present (a resumed run), else the file given, else mined from
-   the first `vocab_sample` captions; saved to `out/vocab.json` either way, so every chunk,
-   worker and resume draws from the same words. With one worker, the parses of that sample are
-   kept and reused by step 2: every caption is parsed once.
+1. Vocabulary (the compclip rules only; the negclip rules use none): `out/vocab.json` if
+   present (a resumed run), else the file given, else mined from the first `vocab_sample`
+   captions; saved to `out/vocab.json` either way, so every chunk, worker and resume draws from
+   the same words. With one worker, the parses of that sample are kept and reused by step 2:
+   every caption is parsed once.
 2. Items are read in order and cut into chunks; each chunk's captions go to a worker (or run
    inline with `workers=1`), which parses them once and returns their negatives. Caption `i` of
    the input always uses seed `(seed, i)`, so output does not depend on chunking or workers.
@@ -14,8 +15,12 @@
    items are skipped, not re-parsed) and produces byte-identical shards. Shard inputs are
    copied member by member (images are never decoded) with `neg.json` added; rule negatives
    already there are replaced, others kept.
-4. Empty, non-English and over-long captions are skipped and counted: text inputs record them in
-   the manifest's `skipped`, shard inputs keep the sample without negatives.
+4. Empty, non-English and over-long captions are skipped and counted (the negclip rules skip
+   only empty ones): text inputs record them in the manifest's `skipped`, shard inputs keep the
+   sample without negatives. With `require_negative`, a caption that gets no negative is left
+   out too (`no_negative`), as NegCLIP's script dropped such captions.
+   The manifest records the rule set and spaCy model (`features.rules`, `features.spacy_model`)
+   and the samples by their number of negatives (`negatives_per_sample`, per shard and in all).
 5. With `images` (a `datagen.prepare.imagefiles.ImageFiles`), each text item's image file
    (`meta["image_path"]` under the images root) is attached as the sample's image, bytes as they
    are on disk. A missing or unreadable file stops the run with an error naming the file and the
@@ -48,12 +53,12 @@ from datagen.imageio import BadImage
 from datagen.negatives.base import Coverage
 from datagen.negatives.plausibility import DEFAULT_MARGIN
 from datagen.order import order_for_input, shuffled
-from datagen.negatives.rules import RuleNegativeGenerator, select_kinds
+from datagen.negatives.rules import SPACY_MODEL, RuleNegativeGenerator, select_kinds
 from datagen.negatives.text import view
 from datagen.negatives.vocab import Vocabulary
 from datagen.prepare.imagefiles import SKIP_CORRUPT, SKIP_MISSING, MissingImage
 from datagen.schema import Negative, ShardSample
-from datagen.shards import ShardSetWriter
+from datagen.shards import MANIFEST, ShardSetWriter, check_features, read_manifest
 
 VOCAB_FILE = "vocab.json"
 GC_THRESHOLD = 200_000  # new objects between two passes of the cyclic collector (Python: 700)
@@ -62,18 +67,18 @@ _WORKER: dict[str, Any] = {}
 
 
 def build_vocabulary(items: Iterator[CaptionItem], n: int, max_words: int = 100,
-                     parsed: Optional[list] = None) -> Vocabulary:
+                     parsed: Optional[list] = None, spacy_model: str = SPACY_MODEL) -> Vocabulary:
     """Mine the vocabulary from the first `n` captions; their parses are appended to `parsed`
     when a list is given, so the generation pass need not parse them again."""
     captions = [it.caption for it in islice(items, n)]
-    gen = RuleNegativeGenerator(max_words=max_words)
+    gen = RuleNegativeGenerator(max_words=max_words, spacy_model=spacy_model)
     docs = gen.parse(captions)
     if parsed is not None:
         parsed.extend(docs)
     return Vocabulary.mine(view(d) for d in docs if d is not None)
 
 
-def _init_worker(config: dict[str, Any], vocab_path: str, seed: int,
+def _init_worker(config: dict[str, Any], vocab_path: Optional[str], seed: int,
                  vocab: Optional[Vocabulary] = None) -> None:
     try:  # one thread per worker process: the pool is the parallelism
         from threadpoolctl import threadpool_limits
@@ -82,7 +87,8 @@ def _init_worker(config: dict[str, Any], vocab_path: str, seed: int,
         pass
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
-    vocab = vocab if vocab is not None else Vocabulary.from_json(vocab_path)
+    if vocab is None and vocab_path is not None:
+        vocab = Vocabulary.from_json(vocab_path)
     _WORKER["gen"] = RuleNegativeGenerator(vocab=vocab, **config)
     _WORKER["seed"] = seed
 
@@ -138,8 +144,9 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
                  image_col: Optional[str] = None, caption_col: Optional[str] = None,
                  limit: Optional[int] = None, stop_after: Optional[int] = None,
                  images=None, skip_missing: bool = False,
-                 splits: Optional[list[str]] = None, select=None, plausibility: Optional[str] = "ngram",
-                 margin=DEFAULT_MARGIN) -> dict[str, Any]:
+                 splits: Optional[list[str]] = None, select=None, plausibility: Optional[str] = "auto",
+                 margin=DEFAULT_MARGIN, rules: str = "compclip", spacy_model: str = SPACY_MODEL,
+                 require_negative: bool = False) -> dict[str, Any]:
     """Generate negatives for every caption of `input_path` into the shard set `out_dir`.
 
     `limit` caps the input items read; `stop_after` stops (without closing the set) after that
@@ -147,14 +154,24 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
     `splits`: see point 5 of the module docstring. Order: `datagen.order.order_for_input`
     (captions are written in a seeded permutation); `select` filters the items (e.g. benchmark
     images out, `datagen.prepare.exclude`). `plausibility` ("ngram", "hf:<local model folder>"
-    or None) and `margin`: the plausibility filter (see datagen/negatives/rules.py).
+    or None; "auto": "ngram" for the compclip rules, none for negclip) and `margin`: the
+    plausibility filter (see datagen/negatives/rules.py). `rules`: "compclip" or "negclip";
+    `spacy_model`: the pipeline to parse with; `require_negative`: point 4.
     An input with no caption at all is an `InputError`, raised before anything is written.
     """
     out_dir = Path(out_dir)
+    if plausibility == "auto":
+        plausibility = "ngram" if rules == "compclip" else None
     config = {"kinds": kinds, "mode": mode, "cap": cap, "max_words": max_words,
-              "batch_size": batch_size, "plausibility": plausibility, "margin": margin}
-    features = {"negatives": "rules", "mode": mode, "seed": seed,
-                "kinds": sorted(kinds) if kinds else "all"}
+              "batch_size": batch_size, "plausibility": plausibility, "margin": margin,
+              "rules": rules, "spacy_model": spacy_model}
+    RuleNegativeGenerator(**config)  # bad options are refused before any work
+    features = {"negatives": "rules", "rules": rules, "spacy_model": spacy_model, "mode": mode,
+                "seed": seed, "kinds": sorted(kinds) if kinds else "all"}
+    if mode == "all":
+        features["cap"] = cap or None
+    if require_negative:
+        features["require_negative"] = True
     if plausibility:
         features["plausibility"] = {"scorer": plausibility, "margin": margin}
     if images is not None:
@@ -182,6 +199,8 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
     if next(items(), None) is None:
         raise InputError(f"{input_path}: no captions (empty input)")
     vocab_file = out_dir / VOCAB_FILE
+    if (out_dir / MANIFEST).is_file():  # a set made with other options is refused before anything is written
+        check_features(read_manifest(out_dir), features, out_dir / MANIFEST)
     # a given vocabulary is read before anything is written: a bad file leaves no --out behind
     vocab = Vocabulary.from_json(vocab_path) if vocab_path and not vocab_file.is_file() else None
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -189,9 +208,12 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
         raise PermissionError(13, "Permission denied", str(out_dir))
     parsed: list = []  # a fresh run parses the vocabulary sample once: the inline pass reuses it
     # mined or read here: the inline pass uses it as is (what vocab.json holds)
-    if not vocab_file.is_file():
+    if rules != "compclip":
+        vocab, vocab_file = None, None
+    elif not vocab_file.is_file():
         if vocab is None:
-            vocab = build_vocabulary(items(), vocab_sample, max_words, parsed if workers <= 1 else None)
+            vocab = build_vocabulary(items(), vocab_sample, max_words, parsed if workers <= 1 else None,
+                                     spacy_model)
         vocab.to_json(vocab_file)
 
     writer = ShardSetWriter(out_dir, max_count=shard_size, features=features, order=order)
@@ -200,13 +222,15 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
     done = writer.inputs_done
     todo = islice(items(), done, None)
     stats: dict[str, Any] = {"captions": 0, "skipped": Counter(), "negatives": Counter(),
-                             "coverage": Coverage(select_kinds(kinds))}
+                             "coverage": Coverage(select_kinds(kinds, rules))}
     bar = _progress(progress, done, _total(input_path, permuted if permute else None, limit))
     t0 = time.perf_counter()
 
     def write(start: int, chunk: list[CaptionItem], results: list[Any]) -> None:
         for item, res in zip(chunk, results):
             stats["captions"] += 1
+            if require_negative and res == []:
+                res = "no_negative"
             negs = res if isinstance(res, list) else []
             sample = None
             if item.raw is None and isinstance(res, list):
@@ -217,7 +241,7 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
                 stats["skipped"][res] += 1
                 negs = []
             _count(stats, negs)
-            if item.raw is not None:
+            if item.raw is not None and res != "no_negative":
                 _copy_with_negatives(writer, item.raw, negs)
             elif isinstance(res, list):
                 writer.add(sample)
@@ -231,13 +255,13 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
         chunks = _take_items(chunks, stop_after)
     try:
         if workers <= 1:
-            _init_worker(config, str(vocab_file), seed, vocab)
+            _init_worker(config, str(vocab_file) if vocab_file else None, seed, vocab)
             for start, chunk in chunks:
                 write(start, chunk, _work(start, [it.caption for it in chunk], parsed))
                 if parsed and start + len(chunk) >= len(parsed):
                     parsed = []  # past the vocabulary sample: free the parses
         else:
-            _run_pool(workers, config, str(vocab_file), seed, chunks, write)
+            _run_pool(workers, config, str(vocab_file) if vocab_file else None, seed, chunks, write)
     except BaseException as err:  # complete shards and the manifest stay; the partial one goes
         writer.__exit__(type(err), err, None)
         raise
@@ -291,10 +315,10 @@ def _copy_with_negatives(writer: ShardSetWriter, raw: dict[str, Any], negs: list
     writer.add_raw(members, extra=extra)
 
 
-def _run_pool(workers: int, config: dict[str, Any], vocab_file: str, seed: int, chunks, write) -> None:
+def _run_pool(workers: int, config: dict[str, Any], vocab_file: Optional[str], seed: int, chunks,
+              write) -> None:
     import multiprocessing as mp
-    from datagen.negatives.rules import load_nlp
-    load_nlp()  # once, before the fork
+    RuleNegativeGenerator(**config).parse([])  # the pipeline loaded once, before the fork
     saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
     os.environ.update({k: "1" for k in saved})  # children inherit: one BLAS thread each
     try:
@@ -358,7 +382,6 @@ def _total(input_path: str | Path, permuted: Optional[list], limit: Optional[int
     if permuted is not None:
         total = len(permuted)
     elif Path(input_path).is_dir():
-        from datagen.shards import read_manifest
         total = sum(s.get("samples", 0) for s in read_manifest(input_path).get("shards", []))
     if limit is not None:
         total = limit if total is None else min(total, limit)

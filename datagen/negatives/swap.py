@@ -1,4 +1,6 @@
-"""Swap negatives: the same words in a new order (NegCLIP's six types, SugarCrepe's obj / att).
+"""Swap negatives of the compclip rules: the same words in a new order (six sub-kinds named after
+NegCLIP's swap types, SugarCrepe's obj / att). NegCLIP's own procedure is the negclip rule set
+(`negclip.py`); these are guarded variants of it.
 
 Every function takes a parsed caption and an rng and returns up to `limit` distinct negatives:
 all swappable pairs are listed, shuffled by the rng, and rendered until `limit` new captions are
@@ -19,10 +21,11 @@ found (a candidate equal to the caption after `normalise` is dropped).
 animal with a thing, never a thing or animal as the agent of a person's verb ("A helmet is
 wearing a dog"), never a possessive pronoun's chunk; strictly, two animates not around a
 symmetric relation, two things around a spatial relation with two sides ... `obj` and `att`
-(SugarCrepe's types) take only such pairs. NegCLIP's types (`noun_chunk`, `noun`,
-`noun_plural`, `verb_phrase`, `adjective`) only prefer them: the strict pairs when there are
-any, else the allowed ones, else any pair, as NegCLIP's code would swap, and among them pairs
-of one kind of thing first (`same_category`).
+(SugarCrepe's types) take only such pairs. The sub-kinds named after NegCLIP's types
+(`noun_chunk`, `noun`, `noun_plural`, `verb_phrase`, `adjective`) take the strictly allowed
+pairs when a caption has any, else the allowed ones, else every pair: a less plausible pair is
+dropped whenever a more plausible one exists, and a caption with no plausible pair still gets
+a swap. Among the kept pairs, two of one kind of thing come first (`same_category`).
 """
 from __future__ import annotations
 
@@ -37,8 +40,8 @@ from datagen.negatives.vocab import ADJ_STOP, ATTRIBUTE_OF, POSITION_NOUNS, is_p
 from datagen.schema import Negative
 
 Span = tuple[int, int]
-# NegCLIP's swap types: made wherever NegCLIP's code makes one (the guards only order the pairs,
-# and the plausibility filter keeps the most likely candidate even below its margin)
+# the sub-kinds named after NegCLIP's swap types: the plausibility filter never leaves them
+# empty (sample mode keeps the most likely candidate even below its margin)
 NEGCLIP_TYPES = ("noun_chunk", "verb_phrase", "noun", "noun_plural", "adverb", "adjective")
 
 
@@ -80,9 +83,8 @@ def _swap_pairs(v: View, spans: Iterable[Span], rng: random.Random, subkind: str
                 guard: Optional[Callable[[Span, Span, bool], bool]] = None) -> list[Negative]:
     """Every pair of `spans` with different words; with `apart`, only single tokens of two
     different noun chunks (or outside chunks), so "black and brown dog" or "pickup truck" is
-    never turned around inside one phrase. `guard` (`guard(a, b, strict)`) only orders the
-    pairs, it never removes them (NegCLIP's swap types make a negative wherever NegCLIP's code
-    does): the strictly allowed pairs when there are any, else the allowed ones, else all."""
+    never turned around inside one phrase. With `guard` (`guard(a, b, strict)`), only the
+    strictly allowed pairs are kept when there are any, else the allowed ones, else all."""
     spans = list(spans)
     texts = [" ".join(v.lower[s:e]) for s, e in spans]
     pairs = [(a, b) for (i, a), (j, b) in combinations(enumerate(spans), 2) if texts[i] != texts[j]

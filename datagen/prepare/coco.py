@@ -2,14 +2,15 @@
 
     prepare_coco("data/shards/coco", "data/coco/train2017",
                  captions="data/coco/annotations/captions_train2017.json")
-    prepare_coco("data/shards/coco_negclip", ..., knn=3, scorer_factory=make_scorer,
-                 base="data/shards/coco")
+    prepare_coco("data/shards/coco_negclip", ..., rules="negclip", mode="all", cap=64,
+                 require_negative=True, knn=3, scorer_factory=make_scorer)
 
 Two existing stages, chained, nothing re-implemented:
 
 1. `datagen.negatives.pipeline.run_generate` with `images=ImageFiles(images_root)`: one sample
    per caption with `jpg` (the file's bytes), `txt`, `json` (source, image_id, image_path[, split])
-   and `neg.json` (rule negatives: swap / replace / add). Input: COCO 2017 `captions_*.json`
+   and `neg.json` (rule negatives of the rule set `rules`: compclip's swap / replace / add, or
+   negclip's swaps, NegCLIP's own procedure). Input: COCO 2017 `captions_*.json`
    (image files `<images_root>/<file_name>`, i.e. the `train2017/` folder) or Karpathy's
    `dataset_coco.json` (image files `<images_root>/<filepath>/<filename>`, i.e. the folder that
    holds `train2014/` and `val2014/`), filtered to `splits`. A missing image file stops the run
@@ -22,17 +23,18 @@ Two existing stages, chained, nothing re-implemented:
 2. With `knn=K`: `datagen.knn.run_knn` embeds the images of stage 1's set, finds each image's K
    nearest neighbours and writes the final set (`nn.json`, `keys.tsv`). Stage 1 then goes to
    `base` (default `<out>_base`); a complete base set is reused as it is, so `base` may be an
-   earlier run's plain output (e.g. `data/shards/coco` for `data/shards/coco_negclip`).
+   earlier run's plain output made with the same options.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
-from datagen.captions_io import read_items
+from datagen.captions_io import CaptionItem, read_items
 from datagen.prepare.exclude import (DEFAULT_BENCHMARKS_ROOT, Exclusion, benchmark_exclusion,
                                      pin_exclusion, sibling_val2017)
+from datagen.negatives.base import SPACY_MODEL
 from datagen.prepare.imagefiles import ImageFiles
 from datagen.shards import read_manifest, update_manifest
 
@@ -45,6 +47,8 @@ def default_base(out_dir: str | Path) -> Path:
 def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
                  captions: Optional[str | Path] = None, karpathy: Optional[str | Path] = None,
                  splits: Sequence[str] = ("train",), kinds: Optional[list[str]] = None,
+                 rules: str = "compclip", spacy_model: str = SPACY_MODEL,
+                 require_negative: bool = False, one_caption_per_image: bool = False,
                  mode: str = "sample", cap: int = 8, seed: int = 0, workers: int = 1,
                  shard_size: int = 10_000, skip_missing: bool = False,
                  max_side: Optional[int] = None, limit: Optional[int] = None,
@@ -58,7 +62,9 @@ def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
     """Run stage 1 (and 2 with `knn`); returns the final set's manifest. `stop_after` stops
     stage 1 after that many captions without closing the set, as a kill would (tests).
     `karpathy_ref`: a Karpathy JSON naming val/test images to exclude (default: the input when
-    it is one); `val2017`: `captions_val2017.json` (default: one next to the input, if any)."""
+    it is one); `val2017`: `captions_val2017.json` (default: one next to the input, if any).
+    `one_caption_per_image`: only the first caption of each image, in the input's order, as
+    NegCLIP's data script kept (`first_caption_per_image`)."""
     from datagen.negatives.pipeline import run_generate
     if (captions is None) == (karpathy is None):
         raise ValueError("give exactly one caption source: COCO captions JSON or Karpathy JSON")
@@ -76,11 +82,12 @@ def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
     split_list = list(splits) if karpathy is not None else None
     pin_exclusion(stage1, exclusion)
     _say(progress, f"prepare coco: captions + images + negatives -> {stage1}")
-    result = run_generate(source, stage1, kinds=kinds,
+    result = run_generate(source, stage1, kinds=kinds, rules=rules, spacy_model=spacy_model,
+                          require_negative=require_negative,
                           mode=mode, cap=cap, seed=seed, workers=workers, shard_size=shard_size,
                           vocab_path=vocab, progress=progress, limit=limit, stop_after=stop_after,
                           images=images, skip_missing=skip_missing,
-                          splits=split_list, select=exclusion_filter(exclusion))
+                          splits=split_list, select=_select(exclusion, one_caption_per_image))
     if result["manifest"].get("complete") and "excluded" not in result["manifest"]:
         keys = exclusion_record(exclusion, source, split_list)
         result["manifest"] = update_manifest(stage1, **keys)
@@ -96,6 +103,25 @@ def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
     _say(progress, f"prepare coco: done; {out_dir} is complete" + (
         "" if base else f" (the stage-1 set {stage1} may be deleted)"))
     return manifest
+
+
+def first_caption_per_image(items: Iterable[CaptionItem]) -> Iterator[CaptionItem]:
+    """The first caption item of each image (`meta["image_id"]`), in the order given: NegCLIP's
+    data script kept one caption per image this way (`drop_duplicates(subset=["image_id"],
+    keep="first")` over Karpathy's train captions)."""
+    seen: set = set()
+    for item in items:
+        image = item.meta.get("image_id")
+        if image not in seen:
+            seen.add(image)
+            yield item
+
+
+def _select(exclusion: Exclusion, one_caption_per_image: bool):
+    keep = exclusion_filter(exclusion)
+    if not one_caption_per_image:
+        return keep
+    return lambda items: keep(first_caption_per_image(items))
 
 
 def exclusion_filter(exclusion: Exclusion):
