@@ -10,9 +10,10 @@ For each seed, everything under `<out>/seed-<s>/`:
    mirrored partners (`train_mirrored`), and every benchmark set.
 2. `pretrained.pt`: `recipes/demo_pretrain.yaml`, plain CLIP training from random weights, the
    stand-in for the pretrained CLIP weights the papers start from.
-3. `world/train_negclip/`: NegCLIP's data, spaCy swap negatives (`python -m datagen negatives
-   generate --kinds swap`) and the K=3 nearest-neighbour images under the base model
-   (`python -m datagen knn`).
+3. `world/train_negclip/`: NegCLIP's data, NegCLIP's own swap negatives (`python -m datagen
+   negatives generate --rules negclip --mode all --cap 64 --require-negative`: every swap its
+   authors' script can make, captions without one left out as the script did) and the K=3
+   nearest-neighbour images under the base model (`python -m datagen knn`).
 4. `start/<recipe>.json`: the base model's in-batch numbers (`val/*`: loss, i2t / t2i,
    hard-negative and partner accuracy) on each finetune's validation batches (5% of the images,
    held out by image id), the "epoch 0" of the finetunes' `val/*` curves.
@@ -175,10 +176,11 @@ class Seed:
             return
         if (out / "manifest.json").is_file() and json.loads((out / "manifest.json").read_text()).get("complete"):
             return
-        log(f"seed {self.seed}: NegCLIP data: spaCy swap negatives, then K=3 neighbours under the base model")
+        log(f"seed {self.seed}: NegCLIP data: NegCLIP's swap negatives, then K=3 neighbours under the base model")
         self.run("negatives_swap", [sys.executable, "-m", "datagen", "negatives", "generate",
-                                    "--src", str(self.world / "train"), "--out", str(swap), "--kinds", "swap",
-                                    "--seed", str(self.seed)])
+                                    "--src", str(self.world / "train"), "--out", str(swap),
+                                    "--rules", "negclip", "--mode", "all", "--cap", "64",
+                                    "--require-negative", "--seed", str(self.seed)])
         self.run("knn", [sys.executable, "-m", "datagen", "knn", "--src", str(swap), "--out", str(out),
                          "--k", "3", "--arch", self.args.arch, "--pretrained", str(self.base),
                          "--method", "exact"])

@@ -47,3 +47,13 @@ def test_source_ids_must_match_the_layout():
     batch.image_ids = torch.zeros(4, dtype=torch.long)
     with pytest.raises(ValueError, match="image_ids must have 6 entries"):
         batch.check()
+
+
+def test_negatives_may_belong_to_partner_images():
+    """negative_of indexes images: anchors 0..B-1, and partners B..B+P-1 (negatives.per_partner)."""
+    batch = make()
+    batch.negative_of = torch.tensor([0, 1, 2, 3, 4, 4, 5, 5])
+    batch.check()
+    batch.negative_of = torch.tensor([0, 1, 2, 3, 4, 4, 5, 6])
+    with pytest.raises(ValueError, match=r"negative_of must index images 0..5"):
+        batch.check()

@@ -178,6 +178,27 @@ def test_batch_metrics_equal_brute_force_counts():
     assert 0.0 <= info["i2t_acc"] <= 1.0 and 0.0 <= info["t2i_acc"] <= 1.0
 
 
+def test_partner_negatives_count_for_their_image_and_shift_with_images():
+    """negatives.per_partner: a negative of a partner's caption belongs to the partner image (B + p),
+    in `hard_negative_acc` and when layouts are concatenated (accumulation, ranks)."""
+    b = p = 4
+    g = torch.Generator().manual_seed(5)
+    valid = torch.ones(b + p + b + p, dtype=torch.bool)
+    valid[-1] = False  # the last partner has no negative: 1 of 8 negative columns is padding
+    batch = Batch(images=torch.randn(b + p, 6, generator=g), texts=torch.randn(2 * (b + p), 5, generator=g),
+                  num_anchors=b, partner_of=torch.arange(p), negative_of=torch.arange(b + p), text_valid=valid).check()
+    img, txt, scale = Towers()(batch)
+    img, txt = img.detach(), txt.detach()
+    layout = Layout.from_batch(batch)
+    _, info = ContrastiveLoss()(img, txt, scale.detach(), layout, details=True)
+    sims = img @ txt.T
+    wins = [bool(sims[i, i] > sims[i, b + p + i]) for i in range(b + p - 1)]
+    assert info["hard_negative_acc"] == pytest.approx(sum(wins) / len(wins))
+    assert info["negative_padding"] == pytest.approx(1 / 8)
+    both = Layout.cat([layout, layout])
+    assert both.negative_owner[-(b + p):].tolist() == list(range(b + p, 2 * (b + p)))  # shifted by 8 images
+
+
 def _grads(model):
     return {n: p.grad.detach().clone() for n, p in model.named_parameters()}
 

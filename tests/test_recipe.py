@@ -52,6 +52,11 @@ def test_overrides_set_nested_keys_with_yaml_types(tmp_path):
     (GOOD, [TWO, "data.source_batch=[8, 0]"], "key 'data.source_batch.1': Input should be greater than or equal"),
     (GOOD, [TWO, "data.source_batch=[4, 4]", "data.source_weights=[1.0, 1.0]"],
      "source_batch and source_weights exclude each other"),
+    (GOOD, ["negatives.per_partner=1"], "r.yaml: negatives.per_partner=1 draws from each neighbour's own neg.json "
+                                        "and needs data.partner=neighbour (got none); set negatives.per_partner=0"),
+    (GOOD, ["negatives.per_partner=1", "data.partner=generated"], "needs data.partner=neighbour (got generated)"),
+    (GOOD, ["negatives.draw=random"], "key 'negatives.draw'"),
+    (GOOD, ["negatives.rules=sugarcrepe"], "key 'negatives.rules'"),
 ])
 def test_bad_recipes_fail_with_one_line_naming_file_and_key(tmp_path, text, overrides, expected):
     path = write(tmp_path, text)
@@ -61,6 +66,15 @@ def test_bad_recipes_fail_with_one_line_naming_file_and_key(tmp_path, text, over
     assert "\n" not in message
     assert message.startswith(str(path))
     assert expected in message
+
+
+def test_partner_negatives_draw_and_rules_load(tmp_path):
+    recipe = load_recipe(write(tmp_path, GOOD), ["data.partner=neighbour", "negatives.per_partner=1",
+                                                 "negatives.draw=by_subkind", "negatives.rules=negclip"])
+    n = recipe.negatives
+    assert (n.per_partner, n.draw, n.rules) == (1, "by_subkind", "negclip")
+    defaults = load_recipe(write(tmp_path, GOOD)).negatives
+    assert (defaults.per_partner, defaults.draw, defaults.rules) == (0, "uniform", None)
 
 
 def test_source_batch_gives_the_exact_mix(tmp_path):

@@ -2,10 +2,12 @@
 has the batch layout docs/recipes.md gives it, and trains for 2 steps with that layout.
 
 The smoke runs keep each recipe's structure (partner kind, negatives per image and kinds /
-sub-kinds, sources and their `source_batch` proportions, accumulation) and shrink the rest: the
+sub-kinds, negatives per partner, the draw, sources and their `source_batch` proportions,
+accumulation) and shrink the rest: the
 `tiny-vit-64` architecture with random weights, batch 8, 2 steps, fp32, no evaluation, and tiny
 fixture shard sets written here that carry what each source of the recipe carries (negatives of
-every kind:subkind the schema knows, K=3 neighbours + keys.tsv, generated or mirrored partners).
+every kind:subkind the schema knows, K=3 neighbours + keys.tsv, generated or mirrored partners,
+`features.rules` where the recipe's `negatives.rules` asks for it).
 The batches are observed where they enter `Trainer.step`, i.e. what the loss really sees.
 New recipes are picked up by the glob; a new non-demo recipe needs its documented layout in
 FULL_LAYOUT and its shard sets in SHARD_SETS.
@@ -32,7 +34,7 @@ PAPER_RECIPES = [p for p in RECIPES if not p.stem.startswith("demo_")]
 # What each real shard set carries (docs/data_prep.md, first table).
 SHARD_SETS = {
     "coco": dict(negatives=True, partner=None, neighbours=0),
-    "coco_negclip": dict(negatives=True, partner=None, neighbours=3),
+    "coco_negclip": dict(negatives=True, partner=None, neighbours=3, rules="negclip"),
     "trohn_text": dict(negatives=True, partner=None, neighbours=0),
     "trohn_img": dict(negatives=True, partner="generated", neighbours=0),
     "leftright": dict(negatives=False, partner="mirrored", neighbours=0),
@@ -77,7 +79,7 @@ def expected_layout(recipe: Recipe, source_features: list[dict]) -> dict:
         p = b
     if d.partners_per_batch is not None:
         p = min(p, d.partners_per_batch)
-    h = recipe.negatives.per_image * b
+    h = recipe.negatives.per_image * b + recipe.negatives.per_partner * p
     return {"B": b, "P": p, "H": h, "images": b + p, "texts": b + p + h}
 
 
@@ -102,9 +104,10 @@ def features_of(recipe: Recipe, index: int) -> dict:
     # the source with the fewest anchors per batch bears the partner (as left-right: 32 of 480)
     bears = d.partner != "none" and (not d.source_batch or index == min(range(len(d.source_batch)),
                                                                        key=lambda i: d.source_batch[i]))
-    return dict(negatives=recipe.negatives.per_image > 0,
+    rules = {"rules": recipe.negatives.rules} if recipe.negatives.rules else {}
+    return dict(negatives=recipe.negatives.per_image + recipe.negatives.per_partner > 0,
                 partner=d.partner if bears and d.partner in ("generated", "mirrored") else None,
-                neighbours=3 if bears and d.partner == "neighbour" else 0)
+                neighbours=3 if bears and d.partner == "neighbour" else 0, **rules)
 
 
 def scale_counts(counts: list[int], total: int) -> list[int]:
@@ -269,14 +272,23 @@ def test_recipe_trains_two_steps_with_its_layout(path, tmp_path, monkeypatch, on
             assert [source_of.count(i) for i in range(len(sources))] == small.data.source_batch
             bears = [bears_partner(f, d.partner) for f in features]
             assert all(bears[s] for s in source_of[:want["P"]])
-        # negative columns: every anchor of a negative-bearing source gets its quota, others padding
-        per = small.negatives.per_image
+        # negative columns: every anchor of a negative-bearing source gets its quota, others padding;
+        # then each neighbour partner's quota from its own neg.json (the same source)
+        per, per_partner = small.negatives.per_image, small.negatives.per_partner
+        first = want["B"] + want["P"]
         if per:
-            valid = batch.text_valid[want["B"] + want["P"]:].reshape(want["B"], per).sum(1).tolist()
+            valid = batch.text_valid[first:first + want["B"] * per].reshape(want["B"], per).sum(1).tolist()
             for a, (src, n_valid) in enumerate(zip(source_of, valid)):
                 generated = a < want["P"] and d.partner == "generated"
                 quota = min(per, pool_size(small, generated)) if features[src]["negatives"] else 0
                 assert n_valid == quota, f"anchor {a} of source {src}: {n_valid} valid negatives, want {quota}"
+        if per_partner and want["P"]:
+            valid = batch.text_valid[first + want["B"] * per:].reshape(want["P"], per_partner).sum(1).tolist()
+            owners = batch.negative_of[want["B"] * per:].reshape(want["P"], per_partner)
+            assert owners.tolist() == [[want["B"] + q] * per_partner for q in range(want["P"])]
+            for q, (src, n_valid) in enumerate(zip(source_of, valid)):
+                quota = min(per_partner, pool_size(small, False)) if features[src]["negatives"] else 0
+                assert n_valid == quota, f"partner {q} of source {src}: {n_valid} valid negatives, want {quota}"
 
     ckpts = tmp_path / "runs" / (small.logging.run_name or small.name) / "checkpoints"
     latest = (ckpts / "latest").read_text().strip()

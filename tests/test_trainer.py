@@ -203,3 +203,43 @@ def test_compiled_model_trains_a_step_like_the_eager_one(tmp_path, shards):
     assert compiled == pytest.approx(eager, rel=1e-4)
     for name, value in w_eager.items():
         torch.testing.assert_close(w_compiled[name], value, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("per_image, per_partner, padding", [(2, 1, 1 / 3), (1, 1, 0.0), (0, 0, None)])
+def test_negative_padding_is_logged_every_step(tmp_path, per_image, per_partner, padding):
+    """Every sample has one swap; with 2 anchor columns each, 8 of a step's 16 anchor columns are
+    padding and none of its 8 neighbour columns: 1/3. No negative columns: not logged."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from datagen.schema import Negative
+    from trainer.fixtures import write_negative_shards
+    shards = write_negative_shards(tmp_path / "set", [[Negative(f"neg {i}", "swap", "noun")] for i in range(32)],
+                                   neighbours=1)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(RECIPE.format(shards=shards, out=tmp_path / "runs"))
+    assert run([path, "data.partner=neighbour", "data.samples_per_epoch=16", "schedule.epochs=1",
+                f"negatives.per_image={per_image}", f"negatives.per_partner={per_partner}"]) == 0
+    events = EventAccumulator(str(tmp_path / "runs" / "tiny" / "tensorboard"))
+    events.Reload()
+    if padding is None:
+        assert "train/negative_padding" not in events.Tags()["scalars"]
+        return
+    logged = events.Scalars("train/negative_padding")
+    assert [e.step for e in logged] == [1, 2] and all(e.value == pytest.approx(padding) for e in logged)
+
+
+def test_negatives_rules_mismatch_exits_2_with_one_line(recipe, shards, capsys):
+    assert run([recipe, "negatives.rules=negclip", "--check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(shards) in err
+    assert "negatives.rules=negclip but the shard set's manifest.json has features.rules=compclip" in err
+
+
+def test_preflight_warns_when_negative_columns_would_be_padding(recipe, capsys):
+    """The fixture samples have 1 to 3 negatives, the first a swap: 2 per anchor leaves some
+    columns empty (a warning, exit 0); 1 swap per anchor leaves none (no warning)."""
+    assert run([recipe, "--check"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: data.train_shards[0]" in err and "of the negative columns will be padding (48 samples read" in err
+    assert "have fewer than negatives.per_image=2 eligible negatives under kinds=[swap, replace, add] subkinds=[all]" in err
+    assert run([recipe, "--check", "negatives.per_image=1", "negatives.kinds=[swap]"]) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -267,3 +267,100 @@ def test_large_jpegs_are_decoded_at_a_reduced_size(micro_model):
     comp.draft_size = None
     comp._image(buf.getvalue(), random.Random(0), "x")
     assert seen[-1] == (640, 480)
+
+
+# --- negatives of neighbour partners, the draw, the pre-flight padding estimate, negatives.rules ----
+
+def raw_samples(path):
+    from datagen.shards import iter_raw_samples, shard_urls
+    return [raw for url in shard_urls(path) for raw in iter_raw_samples(url)]
+
+
+def test_partner_negatives_come_from_the_neighbours_neg_json(micro_model, tmp_path):
+    """Even samples have 3 swaps (+ a replace the recipe leaves out), odd ones no neg.json; each
+    sample's one neighbour is the next, so even anchors' neighbours have none (padding)."""
+    from datagen.schema import Negative
+    from trainer.fixtures import write_negative_shards
+    negatives = [[Negative(f"neg {i} {j}", "swap", "noun") for j in range(3)] + [Negative(f"other {i}", "replace", "att")]
+                 if i % 2 == 0 else [] for i in range(8)]
+    path = write_negative_shards(tmp_path / "set", negatives, neighbours=1)
+    comp = composer(micro_model, partner="neighbour", negatives_per_image=1, negatives_per_partner=2,
+                    kinds=("swap",))
+    items = [comp.item(raw, random.Random(i), str(path)) for i, raw in enumerate(raw_samples(path)[:4])]
+    for i, item in enumerate(items):
+        assert item.partner_caption == f"caption {i + 1}"
+        own = {f"neg {i + 1} {j}" for j in range(3)} if (i + 1) % 2 == 0 else set()
+        assert set(item.partner_negatives) <= own and len(set(item.partner_negatives)) == min(2, len(own))
+        assert set(item.negatives) <= {f"neg {i} {j}" for j in range(3)}
+    batch = comp.collate(items).check()
+    assert batch.texts.shape[0] == 4 + 4 + 4 * 1 + 4 * 2
+    assert batch.negative_of.tolist() == [0, 1, 2, 3] + [4, 4, 5, 5, 6, 6, 7, 7]  # partner p -> image B + p
+    assert batch.text_valid[8:].tolist() == [True, False, True, False] + [False, False, True, True] * 2
+
+
+def test_by_subkind_draws_a_subkind_first(micro_model, tmp_path):
+    """1 candidate of sub-kind A, 9 of B: by_subkind picks A half the time, uniform a tenth."""
+    from datagen.schema import Negative
+    from trainer.fixtures import write_negative_shards
+    negatives = [Negative("swap A", "swap", "noun")] + [Negative(f"swap B{j}", "swap", "adjective") for j in range(9)]
+    raw = raw_samples(write_negative_shards(tmp_path / "set", [negatives]))[0]
+
+    def share_of_a(draw):
+        comp = Composer(lambda image: torch.zeros(3, 2, 2), micro_model.tokenizer, 4, negatives_per_image=1, draw=draw)
+        return sum(comp.item(raw, random.Random(seed)).negatives == ["swap A"] for seed in range(2000)) / 2000
+
+    assert 0.45 <= share_of_a("by_subkind") <= 0.55
+    assert 0.07 <= share_of_a("uniform") <= 0.13
+    every = Composer(lambda image: torch.zeros(3, 2, 2), micro_model.tokenizer, 4, negatives_per_image=12,
+                     draw="by_subkind").item(raw, random.Random(0)).negatives
+    assert sorted(every) == sorted(n.text for n in negatives)  # without replacement, until none is left
+
+
+def test_padding_fraction_counts_missing_anchor_and_partner_columns():
+    from trainer.data import padding_fraction
+    assert padding_fraction([0, 1, 2, 5], per_image=1) == 0.25
+    assert padding_fraction([0, 1, 2, 5], per_image=2) == 3 / 8
+    # 3 samples x (1 anchor column + half a partner column): 1 + 0.5 missing of 4.5
+    assert padding_fraction([0, 1, 2], per_image=1, per_partner=1, partners=0.5) == pytest.approx(1.5 / 4.5)
+    assert padding_fraction([], per_image=1) == 0.0 and padding_fraction([0, 0], per_image=0) == 0.0
+
+
+@pytest.mark.parametrize("without, warned", [(1, False), (2, True)])
+def test_padding_warning_above_one_percent(tmp_path, without, warned):
+    """150 samples with one swap each but `without` of them: 0.7 % padding is quiet, 1.3 % warns."""
+    from datagen.schema import Negative
+    from trainer.data import padding_warning
+    from trainer.fixtures import write_negative_shards
+    negatives = [[] if i < without else [Negative(f"neg {i}", "swap", "noun"), Negative(f"r {i}", "replace", "obj")]
+                 for i in range(150)]
+    (src,) = resolve_sources([str(write_negative_shards(tmp_path / "set", negatives, per_shard=64))])
+    line = padding_warning(0, src, ["swap"], ["noun", "adjective"], per_image=1)
+    if not warned:
+        assert line is None
+        return
+    assert line == (f"warning: data.train_shards[0] '{src.entry}': 1.3 % of the negative columns will be padding "
+                    f"(150 samples read: 2 have fewer than negatives.per_image=1 eligible negatives under "
+                    f"kinds=[swap] subkinds=[noun, adjective]); rebuild with --mode all, see docs/data_prep.md")
+
+
+def test_partner_negatives_need_a_set_with_negatives(tmp_path):
+    path = write_fixture_shards(tmp_path / "nn", n=16, negatives=False, neighbours=1)
+    with pytest.raises(DataError, match=r"negatives.per_partner=1 but the shard set's manifest.json says it has no "
+                                        r"hard negatives"):
+        check_features(resolve_sources([str(path)]), "neighbour", 0, negatives_per_partner=1)
+
+
+@pytest.mark.parametrize("recorded, asked, refused", [
+    (None, "compclip", False), (None, "negclip", True), ("negclip", "negclip", False), ("negclip", "compclip", True)])
+def test_negatives_rules_must_match_the_manifest(tmp_path, recorded, asked, refused):
+    """A manifest without features.rules was written by the compclip rules."""
+    path = write_fixture_shards(tmp_path / "set", n=16, rules=recorded)
+    sources = resolve_sources([str(path)])
+    if not refused:
+        check_features(sources, "none", 1, rules=asked)
+        return
+    with pytest.raises(DataError) as err:
+        check_features(sources, "none", 1, rules=asked)
+    message = str(err.value)
+    assert "\n" not in message and f"data.train_shards[0] '{path}'" in message
+    assert f"negatives.rules={asked} but the shard set's manifest.json has features.rules={recorded or 'compclip'}" in message

@@ -6,8 +6,11 @@
 `text_to_image[j]` is the image index text j describes, or -1 for a hard negative (a text with no
 image). Anchors and partners are both positive pairs: text i matches image i for i < B + P.
 `partner_of[p]` is the anchor a partner image belongs to (the pair shares the batch and the rank);
-`negative_of[h]` is the anchor a hard negative was made from. `text_valid[j]` is False for padding
-columns (an anchor with fewer negatives than the recipe asks for), which the loss masks out.
+`negative_of[h]` is the image (an index into images) whose caption hard negative h was made from:
+an anchor (0..B-1), or a partner (B + p) for the negatives of a neighbour partner's own caption
+(`negatives.per_partner`; the composer puts the anchors' negatives first). `text_valid[j]` is
+False for padding columns (an anchor or partner with fewer negatives than the recipe asks for),
+which the loss masks out.
 `image_ids[i]` (int64) names the source image of image i (two captions of one COCO image share it)
 and `text_ids[j]` (int64) the normalised text of text j; the loss never treats two columns with
 the same source image, or with the same text, as negatives of each other (`trainer.loss`). Both
@@ -29,7 +32,7 @@ class Batch:
     texts: Tensor  # [B + P + H, context_length] token ids
     num_anchors: int  # B
     partner_of: Tensor  # [P] long, anchor index of each partner image
-    negative_of: Tensor  # [H] long, anchor index each hard negative was made from
+    negative_of: Tensor  # [H] long, image (anchor or partner) whose caption each hard negative was made from
     text_valid: Tensor  # [B + P + H] bool
     keys: list[str] = field(default_factory=list)  # anchor sample keys, for error messages
     image_ids: Optional[Tensor] = None  # [B + P] int64 source-image ids (same-image mask)
@@ -65,9 +68,10 @@ class Batch:
             problems.append("text_valid must be a bool vector of length B+P+H")
         elif not bool(self.text_valid[: b + p].all()):
             problems.append("anchor and partner captions must all be valid")
-        for name, ref in (("partner_of", self.partner_of), ("negative_of", self.negative_of)):
-            if ref.numel() and (int(ref.min()) < 0 or int(ref.max()) >= b):
-                problems.append(f"{name} must index anchors 0..{b - 1}")
+        for name, ref, n, what in (("partner_of", self.partner_of, b, "anchors"),
+                                   ("negative_of", self.negative_of, b + p, "images")):
+            if ref.numel() and (int(ref.min()) < 0 or int(ref.max()) >= n):
+                problems.append(f"{name} must index {what} 0..{n - 1}")
         for name, ref, n in (("image_ids", self.image_ids, b + p), ("text_ids", self.text_ids, b + p + h)):
             if ref is not None and tuple(ref.shape) != (n,):
                 problems.append(f"{name} must have {n} entries")

@@ -8,7 +8,12 @@
 - partner `generated` / `mirrored`: the sample's own `partner.*` members.
 - negatives: `negatives.per_image` captions from `neg.json` sampled without replacement each
   time, keeping only the recipe's kinds / sub-kinds; a generated partner's own negative
-  (`negative_index`) is left out since its caption is already a column. Anchors with too few
+  (`negative_index`) is left out since its caption is already a column. With `draw: uniform`
+  every eligible candidate is equally likely; with `by_subkind` each draw first picks a
+  (kind, sub-kind) uniformly among those with candidates left, then a candidate of it (NegCLIP's
+  one-per-swap-type choice, `draw_by_subkind`). A neighbour partner also gets
+  `negatives.per_partner` captions drawn the same way from the neighbour's own `neg.json` (read
+  through `keys.tsv`; a neighbour without one has none). Anchors and partners with too few
   negatives get padding columns (`text_valid=False`).
 
 Images: with `draft_size`, a JPEG much larger than the model's input is decoded at a reduced size
@@ -16,7 +21,8 @@ Images: with `draft_size`, a JPEG much larger than the model's input is decoded 
 the transform may return uint8 tensors (normalised later on the device, `trainer.transforms`).
 
 `Composer.collate(items)` lays out B items as the contract says: images `[anchors | partners]`,
-texts `[captions | partner captions | negatives]`, with partners of the first P anchors (P is at
+texts `[captions | partner captions | anchor negatives | partner negatives]`, B x `per_image`
+then P x `per_partner` columns, with partners of the first P anchors (P is at
 most `partner_anchors`: in a mixed batch, `data.source_batch`, the anchors of the sources that
 carry partners, which the stream puts first). All randomness comes from the `rng` passed in (and
 a torch seed drawn from it for the image augmentation), so a sample's composition depends only on
@@ -40,7 +46,7 @@ from typing import Callable, Optional
 import torch
 from PIL import Image
 
-from datagen.schema import IMAGE_EXTS, SchemaError, ShardSample
+from datagen.schema import IMAGE_EXTS, Negative, SchemaError, ShardSample
 from datagen.shards import KeyIndex
 from trainer.batch import Batch
 
@@ -71,6 +77,22 @@ def negative_allowed(kind: str, subkind: str, kinds, subkinds) -> bool:
     return kind in kinds and (subkinds is None or subkind in subkinds)
 
 
+def draw_by_subkind(pool: list[Negative], k: int, rng: random.Random) -> list[str]:
+    """Up to `k` texts of `pool` without replacement: each a (kind, sub-kind) chosen uniformly among
+    those with candidates left, then one of its candidates uniformly."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for n in pool:  # in neg.json order: the draw depends only on the data and the rng
+        groups.setdefault((n.kind, n.subkind), []).append(n.text)
+    chosen: list[str] = []
+    while groups and len(chosen) < k:
+        label = rng.choice(list(groups))
+        texts = groups[label]
+        chosen.append(texts.pop(rng.randrange(len(texts))))
+        if not texts:
+            del groups[label]
+    return chosen
+
+
 @dataclass
 class Item:
     key: str
@@ -79,6 +101,7 @@ class Item:
     partner_image: Optional[torch.Tensor] = None
     partner_caption: Optional[str] = None
     negatives: list[str] = field(default_factory=list)
+    partner_negatives: list[str] = field(default_factory=list)  # the neighbour partner's own
     image_id: int = 0
     partner_image_id: int = 0
 
@@ -91,6 +114,8 @@ class Composer:
     partner: str = "none"  # none | neighbour | generated | mirrored
     partners_per_batch: Optional[int] = None  # P; None: one per anchor
     negatives_per_image: int = 0
+    negatives_per_partner: int = 0  # neighbour partners only
+    draw: str = "uniform"  # uniform | by_subkind
     kinds: tuple[str, ...] = ("swap", "replace", "add")
     subkinds: Optional[tuple[str, ...]] = None
     partner_anchors: Optional[int] = None  # the first anchors, which can have a partner; None: all B
@@ -145,20 +170,40 @@ class Composer:
                     caption = index.read(nb.key, "txt").decode("utf-8")
                 except UnicodeDecodeError as err:
                     raise BadSample(f"{where} neighbour '{nb.key}': caption is not UTF-8 ({err})") from None
-                return image, caption, stable_id(image_key(meta, nb.key))
+                negatives = self._stored_negatives(index, nb.key, where) if self.negatives_per_partner else []
+                return image, caption, stable_id(image_key(meta, nb.key)), negatives
         raise BadSample(f"{where}: none of its {len(order)} neighbours is in {source_dir}/keys.tsv")
+
+    @staticmethod
+    def _stored_negatives(index: KeyIndex, key: str, where: str) -> list[Negative]:
+        """A neighbour's `neg.json` (none: no negatives)."""
+        try:
+            data = index.read(key, "neg.json")
+        except KeyError:
+            return []
+        try:
+            return [Negative(**n) for n in json.loads(data)]
+        except (ValueError, TypeError) as err:  # bad JSON, SchemaError, wrong fields
+            raise BadSample(f"{where} neighbour '{key}': member 'neg.json' is unusable ({err})") from None
+
+    def _eligible(self, negatives: list[Negative], skip: Optional[int] = None) -> list[Negative]:
+        return [n for i, n in enumerate(negatives)
+                if i != skip and negative_allowed(n.kind, n.subkind, self.kinds, self.subkinds)]
+
+    def _draw(self, pool: list[Negative], k: int, rng: random.Random) -> list[str]:
+        if self.draw == "by_subkind":
+            return draw_by_subkind(pool, k, rng)
+        return [n.text for n in rng.sample(pool, min(k, len(pool)))]
 
     def _negatives(self, sample: ShardSample, rng: random.Random, with_partner: bool,
                    choice: Optional[int] = None) -> list[str]:
         generated = with_partner and sample.partner is not None and self.partner == "generated"
-        skip = sample.partner.negative_index if generated else None
-        pool = [n.text for i, n in enumerate(sample.negatives)
-                if i != skip and negative_allowed(n.kind, n.subkind, self.kinds, self.subkinds)]
+        pool = self._eligible(sample.negatives, sample.partner.negative_index if generated else None)
         if choice is not None:
             if choice >= len(pool):
                 raise BadSample(f"sample '{sample.key}': has {len(pool)} eligible negatives, visit asks for #{choice}")
-            return [pool[choice]]
-        return rng.sample(pool, min(self.negatives_per_image, len(pool)))
+            return [pool[choice].text]
+        return self._draw(pool, self.negatives_per_image, rng)
 
     def item(self, raw: dict, rng: random.Random, source_dir: Optional[str] = None,
              with_partner: bool = True, negative_choice: Optional[int] = None) -> Item:
@@ -176,8 +221,10 @@ class Composer:
         item.image_id = stable_id(source_image)
         item.partner_image_id = stable_id(source_image + "/partner")  # a generated / mirrored image
         with_partner = with_partner and self.num_partners > 0
+        partner_pool: list[Negative] = []
         if with_partner and self.partner == "neighbour":
-            item.partner_image, item.partner_caption, item.partner_image_id = self._neighbour(sample, source_dir, rng)
+            item.partner_image, item.partner_caption, item.partner_image_id, partner_pool = \
+                self._neighbour(sample, source_dir, rng)
         elif with_partner:  # generated | mirrored: the sample's own partner members
             if sample.partner is None or sample.partner.kind != self.partner:
                 have = sample.partner.kind if sample.partner else "none"
@@ -186,27 +233,39 @@ class Composer:
             item.partner_caption = sample.partner.caption
         if self.negatives_per_image:
             item.negatives = self._negatives(sample, rng, with_partner, negative_choice)
+        if with_partner and self.negatives_per_partner:  # after the anchor's: the rng is used as before
+            item.partner_negatives = self._draw(self._eligible(partner_pool), self.negatives_per_partner, rng)
         return item
 
     # --- a batch --------------------------------------------------------------------------------
     def collate(self, items: list[Item]) -> Batch:
-        b, p, per = len(items), self.num_partners, self.negatives_per_image
+        b, p = len(items), self.num_partners
+        per, per_partner = self.negatives_per_image, self.negatives_per_partner
         assert b == self.batch_size, f"collate needs {self.batch_size} items, got {b}"
         partners = items[:p]
-        negatives, valid = [], []
-        for item in items:
-            pad = per - len(item.negatives)
-            negatives += item.negatives + [""] * pad
-            valid += [True] * len(item.negatives) + [False] * pad
-        texts = [i.caption for i in items] + [i.partner_caption for i in partners] + negatives
+        negatives, valid = padded([i.negatives for i in items], per)
+        partner_negatives, partner_valid = padded([i.partner_negatives for i in partners], per_partner)
+        texts = ([i.caption for i in items] + [i.partner_caption for i in partners] + negatives
+                 + partner_negatives)
         return Batch(
             images=torch.stack([i.image for i in items] + [i.partner_image for i in partners]),
             texts=self.tokenizer(texts),
             num_anchors=b,
             partner_of=torch.arange(p),
-            negative_of=torch.arange(b).repeat_interleave(per),
-            text_valid=torch.tensor([True] * (b + p) + valid, dtype=torch.bool),
+            negative_of=torch.cat([torch.arange(b).repeat_interleave(per),  # the image each was made from
+                                   torch.arange(b, b + p).repeat_interleave(per_partner)]),
+            text_valid=torch.tensor([True] * (b + p) + valid + partner_valid, dtype=torch.bool),
             keys=[i.key for i in items],
             image_ids=torch.tensor([i.image_id for i in items] + [i.partner_image_id for i in partners]),
             text_ids=torch.tensor([stable_id(text_key(t)) for t in texts]),
         )
+
+
+def padded(negatives: list[list[str]], per: int) -> tuple[list[str], list[bool]]:
+    """`per` columns for each list of negatives, padded with "" (invalid) where it is shorter."""
+    texts, valid = [], []
+    for drawn in negatives:
+        pad = per - len(drawn)
+        texts += drawn + [""] * pad
+        valid += [True] * len(drawn) + [False] * pad
+    return texts, valid

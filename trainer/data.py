@@ -27,6 +27,10 @@ Bad input: a sample that fails to decode (`BadSample`) is skipped and counted; a
 cannot be opened or read counts as its manifest sample count. A stream stops with `DataError`
 once its bad share exceeds `data.max_bad_fraction` (checked after 100 samples and at the end of
 each epoch's quota).
+
+Pre-flight (`trainer.train.preflight`): `check_features` fails when a manifest lacks what the
+recipe asks for (partners, negatives, `negatives.rules`); `padding_warning` estimates from a
+source's first samples the share of negative columns that will be padding.
 """
 from __future__ import annotations
 
@@ -43,10 +47,12 @@ import torch
 import webdataset as wds
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from datagen.shards import KEY_INDEX, MANIFEST, read_manifest, shard_urls
-from trainer.compose import BadSample, Composer, image_key, stable_id
+from datagen.shards import KEY_INDEX, MANIFEST, iter_raw_samples, read_manifest, shard_urls
+from trainer.compose import BadSample, Composer, image_key, negative_allowed, stable_id
 
 MIN_SEEN_FOR_BAD_CHECK = 100
+PADDING_SAMPLES = 1000  # samples of each source read to estimate its share of padding columns
+PADDING_WARN = 0.01  # pre-flight warns above this share
 HOLD_OUT_MODULUS = 1_000_000
 
 
@@ -145,28 +151,53 @@ def carries_partner(src: Source, partner: str) -> bool:
     return partner != "none" and _features(src).get("partner") == partner
 
 
-def check_features(sources: list[Source], partner: str, negatives_per_image: int, mixed: bool = False) -> None:
+def check_features(sources: list[Source], partner: str, negatives_per_image: int, mixed: bool = False,
+                   negatives_per_partner: int = 0, rules: Optional[str] = None) -> None:
     """Fail before training when the recipe asks for something a shard set does not carry.
 
     `mixed` (`data.source_batch`): a feature is asked only of the sources whose manifest has it
     (the other sources' anchors go without partner / with padding negatives), but one must have it.
+    `rules` (`negatives.rules`): every source with negatives must have been made by these rules.
     """
+    asked = _negatives_key(negatives_per_image, negatives_per_partner)
     if mixed:
         if partner != "none" and not any(carries_partner(s, partner) for s in sources):
             feature = "features.neighbours" if partner == "neighbour" else f"features.partner={partner!r}"
             raise DataError(f"data.partner={partner} but no data.train_shards source's {MANIFEST} has "
                             f"{feature}")
-        if negatives_per_image > 0 and not any(_features(s).get("negatives") for s in sources):
-            raise DataError(f"negatives.per_image={negatives_per_image} but no data.train_shards source's "
+        if asked and not any(_features(s).get("negatives") for s in sources):
+            raise DataError(f"{asked} but no data.train_shards source's "
                             f"{MANIFEST} has hard negatives (features.negatives)")
     for i, src in enumerate(sources):
         if mixed:
-            _check_source(i, src, partner if carries_partner(src, partner) else "none", 0)
+            _check_source(i, src, partner if carries_partner(src, partner) else "none", "")
         else:
-            _check_source(i, src, partner, negatives_per_image)
+            _check_source(i, src, partner, asked)
+        if rules is not None:
+            _check_rules(i, src, rules)
 
 
-def _check_source(i: int, src: Source, partner: str, negatives_per_image: int) -> None:
+def _negatives_key(per_image: int, per_partner: int) -> str:
+    """The recipe key that asks for hard negatives, as messages name it ("" when none does)."""
+    if per_image:
+        return f"negatives.per_image={per_image}"
+    return f"negatives.per_partner={per_partner}" if per_partner else ""
+
+
+def _check_rules(i: int, src: Source, rules: str) -> None:
+    feats = _features(src)
+    if not feats.get("negatives"):
+        return
+    made_by = feats.get("rules", "compclip")
+    if made_by != rules:
+        absent = "" if "rules" in feats else " (absent: sets written before the key were made by the compclip rules)"
+        raise DataError(f"data.train_shards[{i}] '{src.entry}': negatives.rules={rules} but the shard set's "
+                        f"{MANIFEST} has features.rules={made_by}{absent}; rebuild its negatives with "
+                        f"`python -m datagen negatives generate --rules {rules}` (docs/data_prep.md)")
+
+
+def _check_source(i: int, src: Source, partner: str, asked: str) -> None:
+    """`asked`: the recipe key asking for negatives (`_negatives_key`), "" when none is asked of it."""
     where = f"data.train_shards[{i}] '{src.entry}'"
     if src.manifest is None:
         if partner == "neighbour":
@@ -174,8 +205,8 @@ def _check_source(i: int, src: Source, partner: str, negatives_per_image: int) -
                             f"{MANIFEST} and {KEY_INDEX}; none found beside the shards")
         return
     feats = _features(src)
-    if negatives_per_image > 0 and not feats.get("negatives"):
-        raise DataError(f"{where}: negatives.per_image={negatives_per_image} but the shard set's "
+    if asked and not feats.get("negatives"):
+        raise DataError(f"{where}: {asked} but the shard set's "
                         f"{MANIFEST} says it has no hard negatives (features.negatives)")
     if partner == "neighbour":
         if not feats.get("neighbours"):
@@ -187,6 +218,53 @@ def _check_source(i: int, src: Source, partner: str, negatives_per_image: int) -
     elif partner in ("generated", "mirrored") and feats.get("partner") != partner:
         raise DataError(f"{where}: data.partner={partner} but the shard set's {MANIFEST} says "
                         f"features.partner={feats.get('partner')!r}")
+
+
+def eligible_negative_counts(urls: list[str], kinds, subkinds, limit: int = PADDING_SAMPLES) -> list[int]:
+    """How many negatives of the given kinds / sub-kinds each of the first `limit` samples of the
+    shards `urls` has (read in order; images are read past, never decoded; a `neg.json` that is not
+    valid JSON counts as none)."""
+    counts: list[int] = []
+    for url in urls:
+        for raw in iter_raw_samples(url):
+            try:
+                negatives = json.loads(raw.get("neg.json") or b"[]")
+            except ValueError:
+                negatives = []
+            counts.append(sum(negative_allowed(n.get("kind"), n.get("subkind"), kinds, subkinds)
+                              for n in negatives if isinstance(n, dict)))
+            if len(counts) == limit:
+                return counts
+    return counts
+
+
+def padding_fraction(counts: list[int], per_image: int, per_partner: int = 0, partners: float = 1.0) -> float:
+    """The expected share of padding among a batch's negative columns when anchors have `counts`
+    eligible negatives each (`eligible_negative_counts`) and neighbour partners, `partners` per
+    anchor (P / B), are drawn from the same samples."""
+    columns = len(counts) * (per_image + partners * per_partner)
+    if not columns:
+        return 0.0
+    missing = sum(max(per_image - c, 0) + partners * max(per_partner - c, 0) for c in counts)
+    return missing / columns
+
+
+def padding_warning(i: int, src: Source, kinds, subkinds, per_image: int, per_partner: int = 0,
+                    partners: float = 1.0) -> Optional[str]:
+    """Pre-flight's warning line when more than `PADDING_WARN` of the negative columns a source
+    gives would be padding, estimated on its first samples; None otherwise."""
+    if not _features(src).get("negatives"):
+        return None
+    counts = eligible_negative_counts(src.urls, kinds, subkinds)
+    fraction = padding_fraction(counts, per_image, per_partner, partners)
+    if fraction <= PADDING_WARN:
+        return None
+    short = [f"{sum(c < per for c in counts):,} have fewer than negatives.{key}={per}"
+             for key, per in (("per_image", per_image), ("per_partner", per_partner if partners else 0)) if per]
+    chosen = f"kinds=[{', '.join(kinds)}] subkinds=[{', '.join(subkinds) if subkinds else 'all'}]"
+    return (f"warning: data.train_shards[{i}] '{src.entry}': {100 * fraction:.1f} % of the negative columns will "
+            f"be padding ({len(counts):,} samples read: {', '.join(short)} eligible negatives under {chosen}); "
+            f"rebuild with --mode all, see docs/data_prep.md")
 
 
 def shuffled(samples: Iterator, bufsize: int, rng: random.Random) -> Iterator:

@@ -3,10 +3,13 @@
 `write_fixture_shards(dir, n, ...)` writes `n` samples of coloured-square scenes with captions,
 optionally hard negatives (swap / replace / add), a partner per sample (`generated` or
 `mirrored`) and K neighbours with a `keys.tsv` index, through `datagen.shards.ShardSetWriter`,
-so the manifest's `features` say what the set carries. `corrupt` samples get undecodable image
-bytes (the trainer must skip and count them). `captions_per_image` > 1 gives runs of consecutive
-samples the same `image_id` (as COCO's 5 captions per image in Karpathy order). `train_in_process(argv)` runs `trainer/train.py`'s
-`main` in this process and resets accelerate's singletons afterwards, so tests can run it again.
+so the manifest's `features` say what the set carries (`rules`: the `features.rules` recorded,
+for `negatives.rules`). `corrupt` samples get undecodable image bytes (the trainer must skip and
+count them). `captions_per_image` > 1 gives runs of consecutive samples the same `image_id` (as
+COCO's 5 captions per image in Karpathy order). `write_negative_shards(dir, negatives, ...)`
+writes one sample per given list of hard negatives (captions `caption <i>`), for tests that need
+exact negatives. `train_in_process(argv)` runs `trainer/train.py`'s `main` in this process and
+resets accelerate's singletons afterwards, so tests can run it again.
 """
 from __future__ import annotations
 
@@ -35,11 +38,14 @@ def scene_jpeg(left: str, right: str, size: int = 32) -> bytes:
 
 def write_fixture_shards(directory: str | Path, n: int = 64, per_shard: int = 16, negatives: bool = True,
                          partner: Optional[str] = None, neighbours: int = 0, corrupt: int = 0,
-                         seed: int = 0, prefix: str = "s", captions_per_image: int = 1) -> Path:
+                         seed: int = 0, prefix: str = "s", captions_per_image: int = 1,
+                         rules: Optional[str] = None) -> Path:
     directory = Path(directory)
     rng = random.Random(seed)
     names = list(COLOURS)
     features = {"negatives": negatives, "partner": partner, "neighbours": neighbours}
+    if rules is not None:
+        features["rules"] = rules
     with ShardSetWriter(directory, max_count=per_shard, features=features) as writer:
         for i in range(n):
             left, right = rng.sample(names, 2)
@@ -61,6 +67,27 @@ def write_fixture_shards(directory: str | Path, n: int = 64, per_shard: int = 16
                                          "mirrored")
             if neighbours:
                 sample.neighbours = [Neighbour(f"{prefix}{(i + d) % n:05d}", 1.0 / d) for d in range(1, neighbours + 1)]
+            writer.add(sample)
+    if neighbours:
+        KeyIndex.build(directory)
+    return directory
+
+
+def write_negative_shards(directory: str | Path, negatives: list[list[Negative]], neighbours: int = 0,
+                          per_shard: int = 16, rules: Optional[str] = None, prefix: str = "n") -> Path:
+    """Sample i (key `<prefix><i:05d>`, caption `caption <i>`) has the hard negatives `negatives[i]`
+    (an empty list: no `neg.json`) and K=`neighbours` neighbours i+1, i+2, ... (mod n) with `keys.tsv`."""
+    directory, n = Path(directory), len(negatives)
+    names = list(COLOURS)
+    features = {"negatives": True, "partner": None, "neighbours": neighbours}
+    if rules is not None:
+        features["rules"] = rules
+    with ShardSetWriter(directory, max_count=per_shard, features=features) as writer:
+        for i, negs in enumerate(negatives):
+            sample = ShardSample(key=f"{prefix}{i:05d}", caption=f"caption {i}",
+                                 image=scene_jpeg(names[i % 4], names[(i + 1) % 4]),
+                                 meta={"source": "fixture", "image_id": i}, negatives=list(negs))
+            sample.neighbours = [Neighbour(f"{prefix}{(i + d) % n:05d}", 1.0 / d) for d in range(1, neighbours + 1)]
             writer.add(sample)
     if neighbours:
         KeyIndex.build(directory)

@@ -307,7 +307,8 @@ class Trainer:
                 totals[name] = totals.get(name, 0.0) + value
                 counts[name] = counts.get(name, 0) + 1
         self.model.train()
-        return {f"val/{name}": totals[name] / counts[name] for name in totals if name != "masked_pairs"}
+        return {f"val/{name}": totals[name] / counts[name] for name in totals
+                if name not in ("masked_pairs", "negative_padding")}  # training-step numbers only
 
     def evaluate(self) -> dict[str, float]:
         """Validation, then the recipe's benchmarks; the metrics go to the monitor and the state."""

@@ -59,7 +59,7 @@ class Layout:
     text_to_image: Tensor  # [T] long: image index of each text, -1 for a hard negative
     text_valid: Tensor  # [T] bool: False for padding columns
     image_is_row: Tensor  # [I] bool: image contributes an image->text row (and its text a row)
-    negative_owner: Tensor  # [T] long: the anchor image a hard negative was made from, -1 otherwise
+    negative_owner: Tensor  # [T] long: the image (anchor or partner) whose caption a hard negative was made from, -1 otherwise
     image_pair: Tensor  # [I] long: the other image of an anchor/partner pair, -1 otherwise
     image_group: Tensor  # [I] int64: source-image id (same id: same source image)
     text_hash: Tensor  # [T] int64: text id (same id: same text)
@@ -209,10 +209,11 @@ def batch_metrics(image_features: Tensor, text_features: Tensor, layout: Layout,
     """In-batch numbers that explain training (global batch, detached):
 
     - `i2t_acc` / `t2i_acc`: rows whose top (masked) logit is their target;
-    - `hard_negative_acc`: anchors with hard negatives whose image scores its caption above every
-      one of its hard-negative captions;
+    - `hard_negative_acc`: images with hard negatives of their own caption (anchors, and partners
+      with `negatives.per_partner`) whose image scores its caption above every one of them;
     - `partner_acc`: over both members of every anchor/partner pair, the share whose caption
-      scores its own image above the other image of the pair.
+      scores its own image above the other image of the pair;
+    - `negative_padding`: the share of the hard-negative columns that are padding.
     Metrics without a case in the batch (no negatives, no partners) are left out."""
     out = {"i2t_acc": float((logits.i2t.argmax(1) == logits.i2t_target).float().mean()),
            "t2i_acc": float((logits.t2i.argmax(1) == logits.t2i_target).float().mean())}
@@ -220,6 +221,9 @@ def batch_metrics(image_features: Tensor, text_features: Tensor, layout: Layout,
     sims = image_features.float() @ text_features.float().T  # [I, T]
     images = torch.arange(caption_of.numel(), device=sims.device)
     positive = sims[images, caption_of]
+    negative = layout.text_to_image < 0
+    if bool(negative.any()):
+        out["negative_padding"] = float((~layout.text_valid[negative]).float().mean())
     owned = (layout.negative_owner[None, :] == images[:, None]) & layout.text_valid[None, :]
     has_negative = owned.any(1)
     if bool(has_negative.any()):

@@ -4,7 +4,8 @@ TensorBoard tags: `train/loss`, `train/lr`, `train/logit_scale`, `train/samples_
 anchors per second), `train/memory_mb` (peak GPU memory, or peak RSS on CPU), `data/bad_samples`,
 the loss's in-batch numbers of the logged step (`train/loss_i2t`, `train/loss_t2i`,
 `train/masked_pairs`, `train/i2t_acc`, `train/t2i_acc`, `train/hard_negative_acc`,
-`train/partner_acc`), `val/<metric>` for the validation batches, and `eval/<benchmark>/<metric>`
+`train/partner_acc`, `train/negative_padding`: the share of the global batch's hard-negative
+columns that are padding, when the recipe has any), `val/<metric>` for the validation batches, and `eval/<benchmark>/<metric>`
 for every evaluation. Each evaluation also appends one JSON line
 `{"step", "epoch", "time", "metrics"}` to `<run_dir>/eval.jsonl`, and prints them to stderr as
 one compact line. Other ranks get a no-op monitor.

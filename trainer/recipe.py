@@ -95,6 +95,9 @@ class DataConfig(_Section):
 
 class NegativesConfig(_Section):
     per_image: int = Field(default=0, ge=0)  # hard-negative caption columns per positive
+    per_partner: int = Field(default=0, ge=0)  # and per neighbour partner, from the neighbour's own neg.json
+    draw: Literal["uniform", "by_subkind"] = "uniform"  # by_subkind: a sub-kind uniformly, then a candidate of it
+    rules: Optional[Literal["negclip", "compclip"]] = None  # the training sets' manifest features.rules must be this
     kinds: list[Literal["swap", "replace", "add"]] = ["swap", "replace", "add"]
     subkinds: Optional[list[str]] = None  # null: every sub-kind of the chosen kinds
 
@@ -173,6 +176,14 @@ class Recipe(_Section):
     eval: EvalConfig = EvalConfig()
     logging: LoggingConfig = LoggingConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+
+    @model_validator(mode="after")
+    def _partner_negatives_need_neighbours(self) -> "Recipe":
+        n, partner = self.negatives, self.data.partner
+        if n.per_partner and partner != "neighbour":
+            raise ValueError(f"negatives.per_partner={n.per_partner} draws from each neighbour's own neg.json and "
+                             f"needs data.partner=neighbour (got {partner}); set negatives.per_partner=0")
+        return self
 
 
 # --- YAML -------------------------------------------------------------------------------------
@@ -253,8 +264,10 @@ def _one_line(err: ValidationError, path: str) -> str:
         return f"{path}: unknown key '{key}'{hint}"
     if kind == "missing":
         return f"{path}: missing required key '{key}'"
-    got = first.get("input")
     more = f" ({len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    if not first["loc"]:  # a check across sections (`Recipe`'s own validator): its message names the keys
+        return f"{path}: {first['msg'].removeprefix('Value error, ')}{more}"
+    got = first.get("input")
     return f"{path}: key '{key}': {first['msg']} (got {got!r}){more}"
 
 

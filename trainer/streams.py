@@ -44,7 +44,7 @@ def make_composer(recipe: Recipe, loaded, train: bool) -> Composer:
     transform = loaded.preprocess_train if train and d.train_transform == "train" else loaded.preprocess
     transform, _ = split_normalize(transform)
     return Composer(transform, loaded.tokenizer, d.batch_size, d.partner, d.partners_per_batch, n.per_image,
-                    tuple(n.kinds), tuple(n.subkinds) if n.subkinds else None,
+                    n.per_partner, n.draw, tuple(n.kinds), tuple(n.subkinds) if n.subkinds else None,
                     draft_size=image_size(loaded.model) if d.jpeg_draft else None)
 
 

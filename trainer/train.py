@@ -6,12 +6,14 @@ the same code; the launcher decides which. Order of work:
 
 1. pre-flight (`preflight`, also `--check` alone): recipe + overrides validated; the model's
    architecture and pretrained weights exist; training and validation shard sets found, finished
-   (`data.allow_incomplete`) and checked against the recipe (partners, negatives); the evaluation
-   data of every benchmark present; no training image in an evaluation set (unless
-   `eval.allow_overlap`); `checkpoint.best_metric` names a metric the run produces; the run folder
-   writable, not in use by another run (`run.lock`) and free of another run's checkpoints (unless
-   resuming or `checkpoint.overwrite`). Any problem -> one line on stderr, exit 2, before any
-   model is built;
+   (`data.allow_incomplete`) and checked against the recipe (partners, negatives; with
+   `negatives.rules`, negatives made by those rules); the evaluation data of every benchmark
+   present; no training image in an evaluation set (unless `eval.allow_overlap`);
+   `checkpoint.best_metric` names a metric the run produces; the run folder writable, not in use
+   by another run (`run.lock`) and free of another run's checkpoints (unless resuming or
+   `checkpoint.overwrite`). Any problem -> one line on stderr, exit 2, before any model is built.
+   A warning line (no exit) when more than 1 % of the negative columns would be padding, as
+   estimated on each source's first 1,000 samples;
 2. model, optimiser, schedule, data streams; resume from the latest readable checkpoint if asked
    (`trainer.loop.Trainer`);
 3. steps: compose -> forward -> global masked InfoNCE -> backward -> clip -> AdamW -> schedule ->
@@ -96,6 +98,22 @@ def check_writable(folder: Path) -> None:
                                  f"writable or choose another logging.output_dir / logging.run_name") from None
 
 
+def warn_padding(recipe, sources) -> None:
+    """A warning line on stderr for each source whose first samples say that more than 1 % of its
+    negative columns would be padding (`trainer.data.padding_warning`). With
+    `data.visit_each_negative` every visit carries its negative: nothing to estimate."""
+    from trainer.data import carries_partner, padding_warning
+    n, d = recipe.negatives, recipe.data
+    if not (n.per_image or n.per_partner) or d.visit_each_negative:
+        return
+    share = 1.0 if d.partners_per_batch is None else min(1.0, d.partners_per_batch / d.batch_size)
+    for i, src in enumerate(sources):
+        partners = share if n.per_partner and carries_partner(src, "neighbour") else 0.0
+        line = padding_warning(i, src, n.kinds, n.subkinds, n.per_image, n.per_partner, partners)
+        if line:
+            print(line, file=sys.stderr, flush=True)
+
+
 def preflight(recipe):
     """Every check that needs no model (step 1 of the module docstring); raises on a problem.
     Returns (training sources, validation sources or None, overlap {benchmark: images})."""
@@ -113,7 +131,9 @@ def preflight(recipe):
         except runlock.RunLocked as err:
             raise cli.InputError(str(err)) from None
     sources = resolve_sources(d.train_shards, allow_incomplete=d.allow_incomplete)
-    check_features(sources, d.partner, recipe.negatives.per_image, mixed=d.source_batch is not None)
+    n = recipe.negatives
+    check_features(sources, d.partner, n.per_image, mixed=d.source_batch is not None,
+                   negatives_per_partner=n.per_partner, rules=n.rules)
     val_sources = (resolve_sources(d.val_shards, "data.val_shards", allow_incomplete=d.allow_incomplete)
                    if d.val_shards else None)
     if d.sampling == "exact" or d.val_fraction:
@@ -132,6 +152,8 @@ def preflight(recipe):
     if c.resume is None and not c.overwrite and checkpointing.existing_checkpoints(folder):
         raise RecipeError(f"{folder / 'checkpoints'} already holds checkpoints of another run; "
                           f"continue it with checkpoint.resume=auto, or start over with checkpoint.overwrite=true")
+    if os.environ.get("RANK", "0") == "0":  # every check passed: warnings only
+        warn_padding(recipe, sources)
     return sources, val_sources, overlap
 
 
