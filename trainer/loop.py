@@ -9,13 +9,21 @@ and its state; the monitor (which drops what a killed run logged after the resum
 Checkpoints: every epoch end, every `checkpoint.every_n_steps`, and when `checkpoint.every_minutes`
 have passed since the last one, by the main process's clock, broadcast each step so every rank
 takes part in the same (collective) save.
+
+Stop signals (`trainer.stopsignals`: SIGTERM, SIGUSR1): at every step boundary the ranks agree
+through an all-reduce whether any of them received one; if so, every rank takes part in a
+checkpoint of that step (an epoch's last step: the epoch's checkpoint, its evaluation left to the
+rerun) and `Stopped` is raised. Collectives wait at most `distributed.timeout_minutes`; a rank
+that waited longer raises, and `collective_timeout_message` turns that into one line.
 """
 from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Optional
 
@@ -23,7 +31,7 @@ import torch
 
 from compclip.cli import InputError, note
 from models import CheckpointMeta, load_model
-from trainer import checkpointing, evaluation, runlock, streams
+from trainer import checkpointing, evaluation, runlock, stopsignals, streams
 from trainer.data import make_loader
 from trainer.loss import ContrastiveLoss, Layout
 from trainer.monitor import Monitor, memory_mb
@@ -31,11 +39,40 @@ from trainer.optim import build_optimizer, build_scheduler
 from trainer.recipe import Recipe, RecipeError, check_best_metric, recipe_to_dict
 from trainer.transforms import split_normalize
 
-PAUSE_ENV = "COMPCLIP_TEST_PAUSE_AT_STEP"  # tests only: sleep forever after this step (SIGKILL test)
+PAUSE_ENV = "COMPCLIP_TEST_PAUSE_AT_STEP"  # tests only: sleep after this step until a stop signal (SIGKILL test)
 
 
 class TrainingError(RuntimeError):
     """A fault that stops the run (non-finite loss); the message is one line."""
+
+
+class Stopped(Exception):
+    """The run stopped on a stop signal after writing the checkpoint of `step`; the message is the
+    line to print."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
+
+
+_GLOO_TIMEOUT = re.compile(r"Timed out waiting \d+ms for (send|recv) operation")
+
+
+def collective_timed_out(err: BaseException) -> bool:
+    """A collective gave up waiting for another rank: gloo's `Timed out waiting <N>ms for recv
+    operation` (a RuntimeError), or torch's DistBackendError saying it timed out."""
+    import torch.distributed as dist
+    text = str(err)
+    if isinstance(err, getattr(dist, "DistBackendError", ())) and "timed out" in text.lower():
+        return True
+    return isinstance(err, RuntimeError) and bool(_GLOO_TIMEOUT.search(text))
+
+
+def collective_timeout_message(recipe: Recipe, rank: int) -> str:
+    minutes = recipe.distributed.timeout_minutes
+    return (f"rank {rank}: a collective timed out after {minutes:g} min (another rank stalled or died); "
+            f"rerun with checkpoint.resume=auto to continue from the last checkpoint; if a rank legitimately "
+            f"works alone longer (an evaluation on rank 0), raise distributed.timeout_minutes")
 
 
 def using_deepspeed() -> bool:
@@ -48,7 +85,8 @@ def make_accelerator(recipe: Recipe):
     gpu = torch.cuda.is_available()
     precision = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[recipe.precision] if gpu else "no"
     multi = int(os.environ.get("WORLD_SIZE", "1")) > 1 or using_deepspeed()
-    handlers = [InitProcessGroupKwargs(backend="gloo")] if multi and not gpu else []
+    timeout = timedelta(minutes=recipe.distributed.timeout_minutes)  # every collective waits at most this
+    handlers = [InitProcessGroupKwargs(backend="nccl" if gpu else "gloo", timeout=timeout)] if multi else []
     # the recipe owns accumulation; a launcher config may export "auto", which Accelerator cannot parse
     os.environ["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"] = str(recipe.optim.accum_steps)
     # on CPU: DDP needs cpu=True (else a gloo allgather length error); DeepSpeed needs it off
@@ -90,11 +128,12 @@ def clock() -> float:
 
 
 def pause(step: int) -> None:
-    """Tests only (`COMPCLIP_TEST_PAUSE_AT_STEP`): sleep forever after `step`; the SIGKILL tests kill
-    the run here, in-process tests replace this function to stop the run."""
+    """Tests only (`COMPCLIP_TEST_PAUSE_AT_STEP`): sleep after `step` until a stop signal arrives
+    (the run then stops at this step); the SIGKILL tests kill the run here, in-process tests replace
+    this function to stop the run."""
     print(f"paused at step {step}", file=sys.stderr, flush=True)
-    while True:
-        time.sleep(1)
+    while not stopsignals.received():
+        time.sleep(0.2)
 
 
 def from_main(accelerator, value):
@@ -356,6 +395,32 @@ class Trainer:
         checkpointing.save(self.acc, self.ckpt_dir, self.model, self.state, self.local_streams, meta,
                            False, self.recipe.checkpoint.keep_last)
         self.last_checkpoint_time = clock()
+        self.saved_step = self.state.step
+
+    def stop_agreed(self) -> int:
+        """The stop signal every rank acts on at this step boundary: the largest signal number any
+        rank received (an all-reduce each step: a signal may reach some ranks only, or reach them at
+        different steps), 0 when none did."""
+        received = stopsignals.received()
+        if self.acc.num_processes > 1:
+            import torch.distributed as dist
+            flag = torch.tensor([received], device=self.acc.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            received = int(flag.item())
+        return received
+
+    def stop(self, signum: int) -> None:
+        """Checkpoint this step (unless it has one already), close the logs, name the checkpoints on
+        stdout (as a finished run does) and raise `Stopped`."""
+        if self.saved_step != self.state.step:
+            self.checkpoint()
+        self.monitor.close()
+        self.acc.end_training()
+        self.report_checkpoints()
+        latest = self.ckpt_dir / (checkpointing.latest_name(self.ckpt_dir) or "?")
+        raise Stopped(f"stopped by {stopsignals.name(signum)} at step {self.state.step} (epoch "
+                      f"{self.state.epoch}); checkpoint {latest}; rerun the same command to continue",
+                      self.state.step)
 
     def checkpoint_due(self) -> bool:
         """`checkpoint.every_minutes` passed since the last checkpoint, by the main process's clock
@@ -390,6 +455,7 @@ class Trainer:
         r = self.recipe
         pending_eval = self.pending_eval
         self.last_checkpoint_time = clock()
+        self.saved_step, stop = None, 0
         self.state.layout = self.data_layout
         if self.acc.is_main_process:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -437,9 +503,14 @@ class Trainer:
                     self.record_metrics()
                 if pause_at and self.state.step == pause_at:
                     pause(pause_at)
+                stop = self.stop_agreed()
+                if stop and mid_epoch:
+                    self.stop(stop)
             self.monitor.end_epoch()
             self.state.epoch, self.state.batch_in_epoch, self.local_streams = epoch + 1, 0, {}
             self.checkpoint()  # before evaluation: a crash in an evaluation loses no training
+            if stop:  # the rerun evaluates this epoch first (pending_eval)
+                self.stop(stop)
             if r.eval.every_epoch:
                 self.evaluate()
                 self.record_metrics()

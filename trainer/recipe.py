@@ -163,6 +163,10 @@ class CheckpointConfig(_Section):
     overwrite: bool = False  # start over in a run folder that already holds checkpoints
 
 
+class DistributedConfig(_Section):
+    timeout_minutes: float = Field(default=30.0, gt=0)  # a collective waiting longer is an error on every rank
+
+
 class Recipe(_Section):
     name: str
     seed: int = 0
@@ -176,6 +180,7 @@ class Recipe(_Section):
     eval: EvalConfig = EvalConfig()
     logging: LoggingConfig = LoggingConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    distributed: DistributedConfig = DistributedConfig()
 
     @model_validator(mode="after")
     def _partner_negatives_need_neighbours(self) -> "Recipe":

@@ -20,8 +20,11 @@ the same code; the launcher decides which. Order of work:
    logit-scale clamp; logging, evals and checkpoints as the recipe says (epoch ends, every N
    steps, every M minutes). At the end of an epoch the checkpoint is written first, then
    validation and the benchmarks run (their metrics printed on stderr), then `best` moves;
-4. a non-finite loss, too much bad data or a failed checkpoint write (disk full) stops the run:
-   one line, exit 3. The last lines on stdout name the last and the best checkpoint.
+4. a non-finite loss, too much bad data, a failed checkpoint write (disk full) or a collective
+   that waited longer than `distributed.timeout_minutes` for another rank stops the run: one line,
+   exit 3. SIGTERM or SIGUSR1 (`trainer.stopsignals`) stops it at the next step boundary, every
+   rank, after a checkpoint of that step: `stopped by SIGTERM at step N ...`, exit 75. The last
+   lines on stdout name the last and the best checkpoint.
 
 Nothing heavy is imported before the arguments are parsed (`--help` answers at once).
 `accelerate launch` itself always exits 1 when its script fails (its launcher does not pass the
@@ -170,20 +173,41 @@ def build_parser():
 
 
 def _train(args) -> int:
-    from trainer.data import DataError
     from trainer.recipe import load_recipe
     recipe = load_recipe(args.recipe, args.overrides)
     sources, val_sources, overlap = preflight(recipe)
     if args.check:
         print(f"{args.recipe}: pre-flight checks passed", file=sys.stderr)
         return 0
-    from trainer.loop import Trainer, TrainingError
+    from trainer import stopsignals
+    previous = stopsignals.install()
+    try:
+        return _fit(recipe, sources, val_sources, overlap)
+    except RuntimeError as err:
+        from trainer.loop import collective_timed_out, collective_timeout_message
+        if not collective_timed_out(err):
+            raise
+        rank = int(os.environ.get("RANK", "0"))
+        raise cli.RunFault(collective_timeout_message(recipe, rank)) from err
+    finally:
+        stopsignals.restore(previous)
+
+
+def _fit(recipe, sources, val_sources, overlap) -> int:
+    """Build the `Trainer` and run it; 0 when done, 75 when stopped by a signal after a checkpoint."""
+    from trainer.data import DataError
+    from trainer.loop import Stopped, Trainer, TrainingError
+    from trainer.stopsignals import EXIT_STOPPED
     try:
         trainer = Trainer(recipe, sources, val_sources, overlap)
     except DataError as err:
         raise DataError(one_line(err)) from err
     try:
         trainer.fit()
+    except Stopped as stop:
+        if trainer.acc.is_main_process:
+            print(stop, file=sys.stderr, flush=True)
+        return EXIT_STOPPED
     except (TrainingError, DataError) as err:  # found during the run: a fault, exit 3
         raise cli.RunFault(one_line(err)) from err
     finally:
