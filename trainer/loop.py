@@ -3,8 +3,10 @@ validated recipe, resumes, and runs the loop (module docstring of `trainer/train
 
 Set-up order: the run folder's lock (`trainer.runlock`, taken by the main process and the outcome
 broadcast, so every rank stops with the same one line); model, optimiser, schedule, streams; the
-checkpoint to resume from (chosen by the main process, `checkpointing.find_resume`, broadcast)
-and its state; the monitor (which drops what a killed run logged after the resumed step).
+checkpoint to resume from (chosen by the main process, `checkpointing.find_resume`, broadcast;
+its recipe compared with this one, `checkpointing.check_recipe`) and its state; the monitor (which
+drops what a killed run logged after the resumed step). `recipe.precision` fp16 / bf16 runs as fp32
+without a GPU (a note says so; the sidecars record what ran).
 
 Checkpoints: every epoch end, every `checkpoint.every_n_steps`, and when `checkpoint.every_minutes`
 have passed since the last one, by the main process's clock, broadcast each step so every rank
@@ -36,10 +38,11 @@ from trainer.data import make_loader
 from trainer.loss import ContrastiveLoss, Layout
 from trainer.monitor import Monitor, memory_mb
 from trainer.optim import build_optimizer, build_scheduler
-from trainer.recipe import Recipe, RecipeError, check_best_metric, recipe_to_dict
+from trainer.recipe import Recipe, RecipeError, check_best_metric, describe_changes, recipe_to_dict
 from trainer.transforms import split_normalize
 
 PAUSE_ENV = "COMPCLIP_TEST_PAUSE_AT_STEP"  # tests only: sleep after this step until a stop signal (SIGKILL test)
+OPTIMIZER_SETTINGS = ("lr", "initial_lr", "betas", "eps", "weight_decay")  # what a recipe sets per group
 
 
 class TrainingError(RuntimeError):
@@ -79,11 +82,17 @@ def using_deepspeed() -> bool:
     return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
 
 
+def ran_precision(recipe: Recipe) -> str:
+    """The precision training runs in: the recipe's on a GPU; fp32 on CPU (mixed precision is used
+    on a GPU only)."""
+    return recipe.precision if torch.cuda.is_available() else "fp32"
+
+
 def make_accelerator(recipe: Recipe):
     from accelerate import Accelerator
     from accelerate.utils import InitProcessGroupKwargs
     gpu = torch.cuda.is_available()
-    precision = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[recipe.precision] if gpu else "no"
+    precision = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[ran_precision(recipe)]
     multi = int(os.environ.get("WORLD_SIZE", "1")) > 1 or using_deepspeed()
     timeout = timedelta(minutes=recipe.distributed.timeout_minutes)  # every collective waits at most this
     handlers = [InitProcessGroupKwargs(backend="nccl" if gpu else "gloo", timeout=timeout)] if multi else []
@@ -154,6 +163,10 @@ class Trainer:
         self.recipe, self.sources, self.val_sources = recipe, sources, val_sources
         self.overlap = overlap or {}  # benchmark -> training images in it (eval.allow_overlap)
         self.acc = make_accelerator(recipe)
+        self.precision = ran_precision(recipe)
+        if self.precision != recipe.precision:
+            say(self.acc, f"note: precision={recipe.precision} runs as fp32 on CPU (the trainer uses mixed precision "
+                          f"on a GPU only); the checkpoints' sidecars record precision: fp32")
         set_seed(recipe.seed)
         self.run_dir = run_dir(recipe)
         self.ckpt_dir = self.run_dir / "checkpoints"
@@ -234,7 +247,6 @@ class Trainer:
             self.data_layout["source_batch"] = d.source_batch
         if d.sampling == "exact":
             self.data_layout["sampling"] = "exact"
-        self.acc.register_for_checkpointing(self.scheduler, self.state)
         self.local_streams: dict = {}
         if recipe.checkpoint.overwrite and recipe.checkpoint.resume is None:
             checkpointing.clear_run(self.run_dir, self.acc)
@@ -245,23 +257,34 @@ class Trainer:
         self.best_metric_checked = False
 
     def _resume(self) -> bool:
-        """Restore the checkpoint the recipe asks for (chosen on the main process, an unreadable
-        `latest` falling back to an earlier one); returns whether its evaluation is still to do."""
+        """Restore the checkpoint the recipe asks for (chosen on the main process, an unusable
+        `latest` falling back to an earlier one; a changed training key refused unless
+        `checkpoint.allow_recipe_change`, which then takes the new optimiser settings and records the
+        changes); returns whether its evaluation is still to do."""
         r = self.recipe
-        found, problem = None, None
+        found, problem, changes = None, None, {}
         if self.acc.is_main_process:
             try:
                 found = checkpointing.find_resume(r.checkpoint.resume, self.run_dir, note=note)
+                changes = checkpointing.check_recipe(found, r) if found else {}
             except InputError as err:
                 problem = str(err)
-        found, problem = from_main(self.acc, (str(found) if found else None, problem))
+        found, problem, changes = from_main(self.acc, (str(found) if found else None, problem, changes))
         if problem:
             raise InputError(problem)
         pending_eval = False
         if found is not None:
             resume = Path(found)
-            self.local_streams = checkpointing.restore(self.acc, resume, self.state)
+            settings = self._optimizer_settings()
+            self.local_streams = checkpointing.restore(self.acc, resume, self.model, self.scheduler, self.state)
             say(self.acc, f"resumed from {resume} (step {self.state.step}, epoch {self.state.epoch})")
+            if changes:
+                self._take_optimizer_settings(settings)
+                self.state.recipe_changes = list(self.state.recipe_changes) + [
+                    {"step": self.state.step, "changes": changes}]
+                say(self.acc, f"note: resuming with a changed recipe (checkpoint.allow_recipe_change): "
+                              f"{describe_changes({k: tuple(v) for k, v in changes.items()})}; recorded in the "
+                              f"checkpoints' sidecars (recipe_changes)")
             self.state.metrics, self.state.best = checkpointing.recorded_metrics(resume, r.checkpoint.best_metric)
             # killed between an epoch's checkpoint and its evaluation: evaluate it now
             pending_eval = self.state.batch_in_epoch == 0 and self.state.step > 0 and not self.state.metrics
@@ -270,6 +293,23 @@ class Trainer:
                               "the rest of this epoch is drawn from fresh streams (data order differs)")
                 self.local_streams = {}
         return pending_eval
+
+    def _optimizer_settings(self) -> list[dict]:
+        """The recipe's AdamW settings of each parameter group, as built (before a resume loads the saved ones)."""
+        return [{k: v for k, v in group.items() if k in OPTIMIZER_SETTINGS} for group in self.optimizer.param_groups]
+
+    def _take_optimizer_settings(self, settings: list[dict]) -> None:
+        """After a resume with `checkpoint.allow_recipe_change`: this recipe's lr, betas, eps and weight
+        decay replace the saved ones (the optimiser's moments stay), and the schedule continues from
+        the restored step with this recipe's lr."""
+        for group, built in zip(self.optimizer.param_groups, settings):
+            group.update({k: v for k, v in built.items() if k != "lr"})
+        self.scheduler.base_lrs = [built["initial_lr"] for built in settings]
+        step = self.scheduler.last_epoch
+        lrs = [base * factor(step) for base, factor in zip(self.scheduler.base_lrs, self.scheduler.lr_lambdas)]
+        for group, lr in zip(self.optimizer.param_groups, lrs):
+            group["lr"] = lr
+        self.scheduler._last_lr = lrs
 
     # --- one optimiser step ---------------------------------------------------------------------
     def step(self, batches, details: bool = False):
@@ -391,9 +431,10 @@ class Trainer:
         meta = CheckpointMeta(arch=info.arch, activation=info.activation, lineage=info.lineage,
                               pretrained=self.recipe.model.pretrained, step=self.state.step,
                               epoch=self.state.epoch, recipe=recipe_to_dict(self.recipe),
-                              overlap=dict(self.overlap))
-        checkpointing.save(self.acc, self.ckpt_dir, self.model, self.state, self.local_streams, meta,
-                           False, self.recipe.checkpoint.keep_last)
+                              overlap=dict(self.overlap), precision=self.precision,
+                              recipe_changes=list(self.state.recipe_changes))
+        checkpointing.save(self.acc, self.ckpt_dir, self.model, self.scheduler, self.state, self.local_streams,
+                           meta, False, self.recipe.checkpoint.keep_last)
         self.last_checkpoint_time = clock()
         self.saved_step = self.state.step
 
