@@ -241,7 +241,7 @@ def test_a_caption_that_is_not_utf8_is_a_bad_sample(tmp_path, capsys):
     capsys.readouterr()
     assert run([path, "checkpoint.overwrite=true"]) == 3  # the default 1 % is exceeded: named, exit 3
     err = last_error(capsys)
-    assert "sample 's000" in err and "a text member is not UTF-8" in err and "max_bad_fraction" in err
+    assert "sample 's000" in err and "member 'txt' is not UTF-8 text" in err and "max_bad_fraction" in err
 
 
 # --- 5. checkpoint.best_metric -----------------------------------------------------------------------

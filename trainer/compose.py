@@ -228,11 +228,8 @@ class Composer:
         """One composed sample; `with_partner=False` for anchors past the first P of a batch."""
         try:
             sample = ShardSample.from_wds(raw)
-        except SchemaError as err:
+        except SchemaError as err:  # a text member that is not UTF-8 included: it names the member
             raise BadSample(str(err)) from None
-        except UnicodeDecodeError as err:  # a caption member that is not UTF-8
-            where = f"sample '{raw.get('__key__', '?')}'" + (f" in {raw['__url__']}" if "__url__" in raw else "")
-            raise BadSample(f"{where}: a text member is not UTF-8 ({err})") from None
         where = f"sample '{sample.key}'" + (f" in {raw['__url__']}" if "__url__" in raw else "")
         item = Item(sample.key, self._image(sample.image, rng, where), sample.caption)
         source_image = image_key(sample.meta, sample.key)

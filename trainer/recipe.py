@@ -362,7 +362,7 @@ TRAINING_KEYS = (
 FREE_KEYS = (
     "name", "model.grad_checkpointing", "model.compile",
     "data.workers", "data.max_bad_fraction", "data.val_shards", "data.val_batches", "data.allow_incomplete",
-    "eval", "logging", "checkpoint",
+    "eval", "logging", "checkpoint", "distributed",
 )
 
 
