@@ -10,8 +10,11 @@ shard sets / an object bank (docs/data_prep.md), leaving benchmark images out un
 datagen/negatives) and `world` (the synthetic world, datagen/world/cli.py) hand their arguments
 to their own programs unchanged.
 
-Every writer records the options that change its output in the output (`datagen.shards.
-pin_options`) before any work and refuses a rerun with another value of one, in one line. Bad
+Every writer takes the lock of its --out (`datagen.outlock`, held until the command ends) and
+records the options that change its output, and the fingerprints of its input files and sets,
+in the output (`pin`: `datagen.shards.pin_options`) before any work; it refuses, in one line, a
+second writer while one holds the lock and a rerun with another value of an option or another
+input. Bad
 input is found before heavy work (a missing or unfinished --src, an empty bank, an unknown
 model) and every error is one line on stderr: exit 2 for bad input, 3 for a fault during the
 run (`compclip.cli.run`). Progress bars go to stderr (`--quiet`: none). Nothing heavy is
@@ -20,6 +23,7 @@ imported before the arguments are parsed, so `--help` is quick.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -118,20 +122,23 @@ def check_model(args) -> None:
 
 
 def check_out(out: str) -> None:
-    """`--out` can be created and written (a probe file, removed at once)."""
+    """`--out` is a folder or can be made one."""
     path = Path(out)
     if path.exists() and not path.is_dir():
         raise InputError(f"{out}: exists and is not a folder; give a folder for --out")
-    path.mkdir(parents=True, exist_ok=True)
-    probe = path / ".write_probe"
-    probe.write_bytes(b"")
-    probe.unlink()
 
 
-def pin(out: str, options: dict[str, Any], file: str = "manifest.json") -> None:
+def pin(args, options: dict[str, Any], inputs: Sequence[Optional[str]] = (), file: str = "manifest.json",
+        out: Optional[str] = None) -> None:
+    """Before the first write into `out` (default `args.out`): take its lock (`datagen.outlock`,
+    held until the command ends), then record `options` and the fingerprints of `inputs` (paths;
+    None is left out) or refuse a rerun with other ones (`datagen.shards.pin_options`)."""
+    from datagen.outlock import hold
     from datagen.shards import pin_options
+    out = out or args.out
     check_out(out)
-    pin_options(out, options, file)
+    args.locks.enter_context(hold(out))
+    pin_options(out, options, file, [p for p in inputs if p])
 
 
 def _shard_options(args) -> dict[str, Any]:
@@ -176,12 +183,13 @@ def cmd_stitch(args) -> dict:
         if not list_image_files(bank):
             raise InputError(f"{bank}: no object images (.png, .jpg, ...) in this folder; give "
                              "a bank folder (python -m datagen prepare cocobank) or --world-bank SIZE")
-    pin(args.out, {"--bank": _path(args.bank), "--world-bank": args.world_bank,
+    pin(args, {"--bank": _path(args.bank), "--world-bank": args.world_bank,
                    "--nouns": comma_list(args.nouns), "--n": args.n,
                    "--canvas": "%dx%d" % args.canvas, "--relations": comma_list(args.relations),
                    "--scale": list(args.scale), "--gap": args.gap, "--ext": args.ext,
                    "--backgrounds": _path(args.backgrounds), "--key-prefix": args.key_prefix,
-                   "--seed": args.seed, **_shard_options(args)})
+                   "--seed": args.seed, **_shard_options(args)},
+        inputs=[args.backgrounds] + ([] if args.world_bank or args.nouns else [args.bank]))  # else made here
     from datagen.stitch import write_stitched
     if args.world_bank:
         from datagen.world import write_object_bank
@@ -199,10 +207,10 @@ def cmd_knn(args) -> dict:
     if args.workers is not None and args.workers < 0:
         raise InputError(f"--workers {args.workers}: give 0 (decode in this process) or more")
     check_model(args)
-    pin(args.out, {"--src": _path(args.src), "--k": args.k, "--method": args.method,
-                   "--dtype": args.dtype, "--dup-threshold": args.dup_threshold,
-                   "--factory": args.factory, "--nprobe": args.nprobe, **_model_options(args),
-                   **_shard_options(args)})
+    pin(args, {"--src": _path(args.src), "--k": args.k, "--method": args.method,
+               "--dtype": args.dtype, "--dup-threshold": args.dup_threshold,
+               "--factory": args.factory, "--nprobe": args.nprobe, **_model_options(args),
+               **_shard_options(args)}, inputs=[args.src])
     from datagen.knn import run_knn
     return run_knn(args.src, args.out, _scorer(args), args.k, args.method, args.batch_size,
                    args.dtype, args.dup_threshold, args.factory, args.nprobe, args.work_dir,
@@ -223,7 +231,7 @@ def cmd_genimages(args) -> dict:
     if args.pick == "clip":
         check_model(args)
         options.update(_model_options(args))
-    pin(args.out, options)
+    pin(args, options, inputs=[args.src])
     from datagen.genimages import RendererBackend, write_generated
     if args.backend == "renderer":
         backend = RendererBackend(size=args.size or 224)
@@ -260,15 +268,19 @@ def cmd_prepare_coco(args) -> dict:
               "--one-caption-per-image": args.one_caption_per_image,
               "--mode": args.mode, "--cap": args.cap, "--seed": args.seed, "--vocab": _path(args.vocab),
               "--max-side": args.max_side, "--limit": args.limit, "--max-count": args.max_count}
+    captions = [args.captions or args.karpathy]
     if args.knn:
         check_model(args)
         base = Path(args.base) if args.base else default_base(args.out)
-        pin(args.out, {**stage1, "--knn": args.knn, "--method": args.method,
-                       "--dtype": args.dtype, **_model_options(args)})
-        if not _complete(Path(args.out)) and not _complete(base):  # complete sets are reused as they are
-            pin(str(base), stage1)
+        pin(args, {**stage1, "--knn": args.knn, "--method": args.method,
+                   "--dtype": args.dtype, **_model_options(args)}, captions)
+        from datagen.shards import check_pinned, is_complete
+        if is_complete(base):  # reused as it is, read-only: compared, not written
+            check_pinned(base, stage1, captions)
+        elif not is_complete(args.out):
+            pin(args, stage1, captions, out=str(base))
     else:
-        pin(args.out, stage1)
+        pin(args, stage1, captions)
     from datagen.prepare.coco import prepare_coco
     knn_options = {"method": args.method, "batch_size": args.batch_size, "dtype": args.dtype}
     return prepare_coco(args.out, args.images, captions=args.captions, karpathy=args.karpathy,
@@ -284,18 +296,13 @@ def cmd_prepare_coco(args) -> dict:
                         **_exclusion_kwargs(args))
 
 
-def _complete(directory: Path) -> bool:
-    from datagen.shards import read_manifest
-    return (directory / "manifest.json").is_file() and bool(read_manifest(directory).get("complete"))
-
-
 def cmd_prepare_trohn(args) -> dict:
     if not Path(args.images_root).is_dir():
         raise InputError(f"{args.images_root}: no such folder of images (--images-root)")
-    pin(args.out, {"--dataset": args.dataset, "--split": args.split, "--revision": args.revision,
-                   "--images-root": _path(args.images_root), "--group": args.group,
-                   "--label": args.label, "--max-side": args.max_side, "--limit": args.limit,
-                   "--seed": args.seed, **_shard_options(args)})
+    pin(args, {"--dataset": args.dataset, "--split": args.split, "--revision": args.revision,
+               "--images-root": _path(args.images_root), "--group": args.group,
+               "--label": args.label, "--max-side": args.max_side, "--limit": args.limit,
+               "--seed": args.seed, **_shard_options(args)})  # the dataset's files: by prepare_trohn
     from datagen.prepare.trohn import prepare_trohn
     return prepare_trohn(args.dataset, args.out, args.images_root, split=args.split,
                          revision=args.revision, group=args.group, label=args.label,
@@ -311,8 +318,8 @@ def _exclusion_kwargs(args) -> dict:
 
 def cmd_shuffle(args) -> dict:
     check_shard_set(args.src)
-    pin(args.out, {"--src": _path(args.src), "--seed": args.seed, "--buckets": args.buckets,
-                   **_shard_options(args)})
+    pin(args, {"--src": _path(args.src), "--seed": args.seed, "--buckets": args.buckets,
+               **_shard_options(args)}, inputs=[args.src])
     from datagen.shuffle import shuffle_shard_set
     return shuffle_shard_set(args.src, args.out, args.seed, args.buckets, args.work_dir,
                              args.max_count, args.max_bytes, progress=not args.quiet)
@@ -325,13 +332,18 @@ def cmd_prepare_cocobank(args) -> dict:
     _input_file(args.instances, "--instances")
     if not Path(args.images).is_dir():
         raise InputError(f"{args.images}: no such folder of images (--images)")
-    pin(args.out, {"--instances": _path(args.instances), "--per-class": args.per_class,
-                   "--min-size": args.min_size, "--min-fill": args.min_fill,
-                   "--max-side": args.max_side, "--seed": args.seed}, COCOBANK_RECORD)
+    from datagen.prepare.exclude import benchmark_exclusion, sibling_val2017
+    exclusion = benchmark_exclusion(args.benchmarks_root, karpathy=args.karpathy_ref,
+                                    val2017=args.val2017 or sibling_val2017(args.instances),
+                                    keep=args.keep_benchmark_images)
+    pin(args, {"--instances": _path(args.instances), "--per-class": args.per_class,
+               "--min-size": args.min_size, "--min-fill": args.min_fill,
+               "--max-side": args.max_side, "--seed": args.seed,
+               "benchmark images left out": exclusion.fingerprint()}, [args.instances], COCOBANK_RECORD)
     from datagen.prepare.cocobank import write_coco_object_bank
     return write_coco_object_bank(args.instances, args.images, args.out, args.per_class,
                                   args.min_size, args.min_fill, args.max_side, args.seed,
-                                  args.skip_missing, progress=not args.quiet)
+                                  args.skip_missing, progress=not args.quiet, exclusion=exclusion)
 
 
 # ---------------------------------------------------------------- parsers
@@ -438,6 +450,7 @@ def _prepare_parsers(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the per-category draw")
     p.add_argument("--skip-missing", action="store_true",
                    help="skip and count missing / unreadable images instead of stopping")
+    _exclusion_args(p, "the --instances file")
     _quiet(p)
     p.set_defaults(run=cmd_prepare_cocobank)
 
@@ -448,14 +461,18 @@ def _prepare_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-side", type=_positive, default=None,
                    help="re-encode images larger than this (JPEG q95); if not given: bytes as they are")
     p.add_argument("--limit", type=_positive, default=None, help="read at most this many items")
+    _exclusion_args(p, "the captions file")
+
+
+def _exclusion_args(p: argparse.ArgumentParser, beside: str) -> None:
     p.add_argument("--benchmarks-root", default="data/benchmarks",
                    help="benchmark files whose COCO images are left out (docs/benchmark_data.md)")
     p.add_argument("--keep-benchmark-images", action="store_true",
-                   help="do not leave benchmark images out (the manifest says so)")
+                   help="do not leave benchmark images out (the output's record says so)")
     p.add_argument("--karpathy-ref", default=None, help="Karpathy dataset_coco.json whose val and "
-                   "test images are left out (if not given: the --karpathy input, if any)")
+                   "test images are left out (if not given: prepare coco's --karpathy input, if any)")
     p.add_argument("--val2017", default=None, help="captions_val2017.json whose images are left "
-                   "out (if not given: one next to the captions file, if any)")
+                   f"out (if not given: one next to {beside}, if any)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -586,7 +603,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
 
     def work() -> int:
-        print(json.dumps(_summary(args, args.run(args)), indent=1))
+        with contextlib.ExitStack() as args.locks:  # the output locks `pin` takes, released at the end
+            print(json.dumps(_summary(args, args.run(args)), indent=1))
         return 0
     return run(work, verbose=args.verbose)
 

@@ -142,13 +142,15 @@ class ShardSample:
             kind = info.get("kind", "")
             if kind not in PARTNER_KINDS:
                 raise SchemaError(f"{where}: partner.json kind '{kind}' not in {PARTNER_KINDS}")
-            partner = Partner(image=raw[f"partner.{partner_ext}"], caption=_text(raw["partner.txt"]),
+            partner = Partner(image=raw[f"partner.{partner_ext}"],
+                              caption=_text(raw["partner.txt"], where, "partner.txt"),
                               kind=kind, image_ext=partner_ext,
                               negative_index=info.get("negative_index"))
         meta = _loads(raw.get("json"), {}, where, "json")
         if not isinstance(meta, dict):
             raise SchemaError(f"{where}: member 'json' must be an object")
-        return cls(key=key, caption=_text(raw["txt"]), image=raw.get(image_ext) if image_ext else None,
+        return cls(key=key, caption=_text(raw["txt"], where, "txt"),
+                   image=raw.get(image_ext) if image_ext else None,
                    image_ext=image_ext or "jpg", meta=meta, negatives=negatives, partner=partner,
                    neighbours=neighbours)
 
@@ -162,8 +164,14 @@ def _dumps(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else str(value)
+def _text(value: Any, where: str, member: str) -> str:
+    if not isinstance(value, (bytes, bytearray)):
+        return str(value)
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SchemaError(f"{where}: member '{member}' is not UTF-8 text (byte {err.start}: "
+                          f"{value[err.start:err.start + 1]!r})") from None
 
 
 def _loads(value: Any, default: Any, where: str, member: str) -> Any:
@@ -172,6 +180,6 @@ def _loads(value: Any, default: Any, where: str, member: str) -> Any:
     if isinstance(value, (bytes, bytearray, str)):
         try:
             return json.loads(value)
-        except json.JSONDecodeError as err:
+        except ValueError as err:  # not JSON, or bytes that are not UTF-8 text
             raise SchemaError(f"{where}: member '{member}' is not valid JSON ({err})") from None
     return value  # already decoded by a webdataset decoder

@@ -1,25 +1,34 @@
 """Writing, verifying and indexing a shard set (a folder of tar shards plus `manifest.json`).
 
 `ShardSetWriter` is the one way datagen writes shards: count- and size-limited tar shards, each
-written under a temporary name and renamed when complete, with `manifest.json` (samples, input
-items consumed, bytes and sha256 per shard, skip counts by reason) rewritten atomically after
-every shard. A killed run resumes from the last complete shard: the writer reports how many input
-items are already done (`inputs_done`) and the caller skips them. For identical output after a
-resume, the caller must make each sample from its input item alone (e.g. seed by item index).
-`order` (a `datagen.order` record, e.g. `{"shuffled": true, "seed": 3}`) is stored in the
-manifest; resuming a set written in another order is refused with one line.
+written under a temporary name (created by its first sample or skip) and renamed when complete,
+with `manifest.json` (samples, input items consumed, bytes and sha256 per shard, skip counts by
+reason) rewritten atomically after every shard. A killed run resumes from the last complete
+shard: the writer reports how many input items are already done (`inputs_done`) and the caller
+skips them. For identical output after a resume, the caller must make each sample from its input
+item alone (e.g. seed by item index). `order` (a `datagen.order` record, e.g. `{"shuffled": true,
+"seed": 3}`) is stored in the manifest; resuming a set written in another order is refused with
+one line. A set that was complete when the writer opened it, and got nothing new, is left
+untouched by `close` (a complete set may be read-only). A caller's own counts of the items of
+the shard being written (`writer.counts`, a `Counter`, e.g. captions by skip reason) are stored
+with that shard (`"counts"`), so a report over the whole set after a resume sums them
+(`summed_counts`).
 
 `pin_options` records, when a command starts a set, the options that change what it writes
 (`"options": {"--canvas": "224x224", ...}` in the manifest, written before any work); rerunning
 into the same folder with another value of one of them is refused in one line naming the option,
 both values and the fix (`OptionMismatch`) once a shard is complete (before, the new values
 hold: nothing was written). Options a set does not record are not compared; options are
-recorded only when a set starts.
+recorded only when a set starts. Its `inputs` argument (and `pin_inputs`) records the same way
+the fingerprints of the files or folders the set is made from (`"inputs": {absolute path:
+fingerprint}`, `datagen.fingerprint`: size, mtime_ns and sha256 of a file); a rerun whose input
+differs is refused in one line naming the input and what changed (`InputChanged`).
+`check_pinned` compares both without writing (a complete set reused as it is).
 
-On `close`, the distinct COCO ids of the set's samples (`meta["coco_id"]` in each `json`
-member) are written to `image_ids.txt`, one int per line, named in the manifest as
-`"image_ids": "image_ids.txt"`, so a trainer compares training and benchmark images without
-reading the shards (`read_image_ids`). A set without COCO images gets no such file. The ids of
+On `close`, the distinct COCO ids of the set's samples (`meta["coco_id"]` and the list
+`meta["coco_ids"]` of an image cut from several, in each `json` member) are written to
+`image_ids.txt`, one int per line, named in the manifest as `"image_ids": "image_ids.txt"`, so a
+trainer compares training and benchmark images without reading the shards (`read_image_ids`). A set without COCO images gets no such file. The ids of
 the samples a writer adds are noted as they go by; only shards complete before it opened (a
 resumed run) are read back for theirs.
 
@@ -28,7 +37,6 @@ the byte range of any of its members, so a reader can fetch a neighbour's image 
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -36,8 +44,9 @@ import tarfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
+from datagen.fingerprint import changed, fingerprint, sha256_file
 from datagen.order import ORDER_KEY, check_order
 from datagen.schema import SCHEMA_VERSION, SchemaError, ShardSample
 from models.checkpoint import atomic_write
@@ -47,18 +56,15 @@ KEY_INDEX = "keys.tsv"
 IMAGE_IDS = "image_ids.txt"
 CARRIED_KEYS = ("excluded", "exclusion")  # manifest keys a set rewritten from another inherits
 OPTIONS_KEY = "options"
+INPUTS_KEY = "inputs"
 
 
 class OptionMismatch(ValueError):
     """A rerun into an existing output with another value of an option that changes it."""
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+class InputChanged(ValueError):
+    """A rerun into an existing output whose input is not what it was when the output started."""
 
 
 def read_manifest(directory: str | Path) -> dict[str, Any]:
@@ -69,6 +75,11 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
         return json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise SchemaError(f"{path}: manifest is not valid JSON ({err})") from None
+
+
+def is_complete(directory: str | Path) -> bool:
+    """Whether `directory` holds a shard set whose writer finished (manifest `complete: true`)."""
+    return (Path(directory) / MANIFEST).is_file() and bool(read_manifest(directory).get("complete"))
 
 
 def shard_urls(directory: str | Path) -> list[str]:
@@ -97,15 +108,55 @@ def check_options(recorded: dict[str, Any], options: dict[str, Any], where: str 
                 f"({name} {_shown(recorded[name])}) or write to a new --out")
 
 
-def pin_options(directory: str | Path, options: dict[str, Any], file: str = MANIFEST) -> dict[str, Any]:
-    """Record a writer's output-changing `options` in `directory/file` (the shard set's manifest,
-    created with no shards yet if there is none), or refuse, if it already records other values,
-    with an `OptionMismatch` naming the option, both values and the fix. A manifest with no
-    complete shard yet takes the new values; a set started without a record (by an older
-    version, or through the library) is not given one. Returns the options."""
+def check_inputs(recorded: dict[str, Any], inputs: Iterable[str | Path], where: str | Path) -> None:
+    """Raise InputChanged on the first input whose fingerprint differs from the recorded one
+    (inputs a set does not record are not compared)."""
+    for path in inputs:
+        known = recorded.get(_input_key(path))
+        what = changed(known, path) if known else None
+        if what:
+            raise InputChanged(f"{path}: this input changed since {where} was started ({what}); "
+                               "rerun with the input as it was, or write to a new --out")
+
+
+def check_pinned(directory: str | Path, options: dict[str, Any], inputs: Iterable[str | Path] = (),
+                 file: str = MANIFEST) -> None:
+    """Compare `options` and `inputs` with what `directory/file` records, writing nothing."""
+    path = Path(directory) / file
+    record = read_manifest(directory) if file == MANIFEST else _read_json(path)
+    check_options(record.get(OPTIONS_KEY) or {}, json.loads(json.dumps(options)), path)
+    check_inputs(record.get(INPUTS_KEY) or {}, inputs, Path(directory))
+
+
+def _input_key(path: str | Path) -> str:
+    return str(Path(path).resolve())
+
+
+def pin_options(directory: str | Path, options: dict[str, Any], file: str = MANIFEST,
+                inputs: Iterable[str | Path] = ()) -> dict[str, Any]:
+    """Record a writer's output-changing `options` and the fingerprints of its `inputs` (files or
+    folders, `datagen.fingerprint`) in `directory/file` (the shard set's manifest, created with no
+    shards yet if there is none), or refuse, if it already records other values, with an
+    `OptionMismatch` naming the option, both values and the fix, or an `InputChanged` naming the
+    input and what changed. A manifest with no complete shard yet takes the new values; a set
+    started without a record (by an older version, or through the library) is not given one.
+    Returns the options."""
     options = json.loads(json.dumps(options))  # tuples -> lists: compared as stored
+    _pin(directory, file, options, inputs)
+    return options
+
+
+def pin_inputs(directory: str | Path, inputs: Iterable[str | Path], file: str = MANIFEST) -> None:
+    """`pin_options` for inputs alone: fingerprints added to those recorded when the set starts,
+    compared once it has a complete shard; the recorded options are left as they are."""
+    _pin(directory, file, None, inputs)
+
+
+def _pin(directory: str | Path, file: str, options: Optional[dict[str, Any]],
+         inputs: Iterable[str | Path]) -> None:
     directory = Path(directory)
     path = directory / file
+    inputs = list(inputs)
     if path.is_file():
         record = read_manifest(directory) if file == MANIFEST else _read_json(path)
     elif file == MANIFEST:
@@ -114,12 +165,20 @@ def pin_options(directory: str | Path, options: dict[str, Any], file: str = MANI
         record = {}
     started = path.is_file() and (file != MANIFEST or record.get("shards") or record.get("complete"))
     if started:  # compared, never rewritten: a set started without a record stays without one
-        check_options(record.get(OPTIONS_KEY) or {}, options, path)
-        return options
-    record[OPTIONS_KEY] = options  # nothing written yet (or a run stopped before its first shard)
+        check_options(record.get(OPTIONS_KEY) or {}, options or {}, path)
+        check_inputs(record.get(INPUTS_KEY) or {}, inputs, directory)
+        return
+    known = record.get(INPUTS_KEY) or {}  # nothing written yet (or a run stopped before its first shard)
+    fingerprints = {_input_key(p): fingerprint(p, known.get(_input_key(p))) for p in inputs}
+    if options is not None:
+        record[OPTIONS_KEY] = options
+        record[INPUTS_KEY] = fingerprints
+    elif fingerprints:
+        record[INPUTS_KEY] = {**known, **fingerprints}
+    else:
+        return
     directory.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda f: json.dump(record, f, indent=1), "w")
-    return options
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -165,10 +224,13 @@ class ShardSetWriter:
         if order is not None:
             check_order(self.manifest, order, path)
             self.manifest[ORDER_KEY] = order
-        self._coco_ids: list[Any] = []  # meta["coco_id"] of the samples this writer added
+        self._coco_ids: list[int] = []  # COCO ids of the samples this writer added
         self._count_negatives = bool((self.manifest.get("features") or {}).get("negatives"))
         self._earlier = [s["name"] for s in self.manifest["shards"]]  # complete before: read on close
-        self._open_shard()
+        self._was_complete = bool(self.manifest.get("complete"))
+        self.counts: Counter[str] = Counter()  # the caller's counts for the shard being written
+        self._tar: Optional[tarfile.TarFile] = None
+        self._new_shard()
 
     @property
     def inputs_done(self) -> int:
@@ -179,14 +241,27 @@ class ShardSetWriter:
     def samples_written(self) -> int:
         return sum(s["samples"] for s in self.manifest["shards"]) + self._count
 
-    def _open_shard(self) -> None:
+    def _new_shard(self) -> None:
+        """Start the next shard; its file is created by its first sample or skip."""
         index = len(self.manifest["shards"])
         self._name = f"{self.prefix}-{index:06d}.tar"
         self._tmp = self.directory / f".{self._name}.tmp"
-        self._tar = tarfile.open(self._tmp, "w", format=tarfile.USTAR_FORMAT)
         self._count = self._inputs = self._bytes = 0
         self._skipped: Counter[str] = Counter()
         self._negatives: Counter[int] = Counter()  # samples by their number of negatives
+        self.counts.clear()
+
+    def _open_tar(self) -> tarfile.TarFile:
+        if self._tar is None:
+            self._tar = tarfile.open(self._tmp, "w", format=tarfile.USTAR_FORMAT)
+        return self._tar
+
+    def _drop_tar(self) -> None:
+        """Close and delete the shard being written (not complete)."""
+        if self._tar is not None:
+            self._tar.close()
+            self._tar = None
+        self._tmp.unlink(missing_ok=True)
 
     def add(self, sample: ShardSample, inputs: int = 1) -> None:
         """Write one sample that consumed `inputs` input items."""
@@ -202,15 +277,14 @@ class ShardSetWriter:
         members = {k: v for k, v in raw.items() if not k.startswith("__")}
         members.update(extra or {})
         key = raw["__key__"]
-        sample = ShardSample.from_wds({"__key__": key, **members}, require_image=False)
+        where = {k: raw[k] for k in ("__key__", "__url__") if k in raw}  # an error names both
+        sample = ShardSample.from_wds({**where, **members}, require_image=False)
         self._write(key, members, inputs, len(sample.negatives))
         self._note_coco_id(sample.meta)
 
     def _note_coco_id(self, meta: Optional[dict[str, Any]]) -> None:
-        """Remember a written sample's `meta["coco_id"]` for `image_ids.txt` (see `close`)."""
-        coco_id = meta.get("coco_id") if meta else None
-        if coco_id is not None:
-            self._coco_ids.append(coco_id)
+        """Remember a written sample's COCO ids for `image_ids.txt` (see `close`)."""
+        self._coco_ids += coco_ids_of(meta)
 
     def _write(self, key: str, members: dict[str, bytes], inputs: int, negatives: int = 0) -> None:
         if self._count_negatives:
@@ -218,7 +292,7 @@ class ShardSetWriter:
         for member, value in members.items():
             info = tarfile.TarInfo(f"{key}.{member}")
             info.size, info.mtime, info.mode = len(value), 0, 0o444  # mtime 0: reproducible bytes
-            self._tar.addfile(info, io.BytesIO(value))
+            self._open_tar().addfile(info, io.BytesIO(value))
             self._bytes += len(value) + 512
         self._count += 1
         self._inputs += inputs
@@ -227,35 +301,38 @@ class ShardSetWriter:
 
     def skip(self, reason: str, inputs: int = 1) -> None:
         """Record input items that produced no sample (corrupt image, empty caption, ...)."""
+        self._open_tar()
         self._skipped[reason] += inputs
         self._inputs += inputs
 
     def _finish_shard(self) -> None:
-        self._tar.close()
-        if self._count == 0 and self._inputs == 0:
-            self._tmp.unlink()
+        if self._count == 0 and self._inputs == 0:  # nothing written to it
+            self._drop_tar()
             return
+        self._tar.close()
+        self._tar = None
         final = self.directory / self._name
         os.replace(self._tmp, final)
-        self.manifest["shards"].append({
-            "name": self._name, "samples": self._count, "inputs": self._inputs,
-            "bytes": final.stat().st_size, "sha256": _sha256(final), "skipped": dict(self._skipped)})
+        entry = {"name": self._name, "samples": self._count, "inputs": self._inputs,
+                 "bytes": final.stat().st_size, "sha256": sha256_file(final), "skipped": dict(self._skipped)}
         if self._count_negatives:
-            self.manifest["shards"][-1]["negatives_per_sample"] = {
-                str(n): c for n, c in sorted(self._negatives.items())}
+            entry["negatives_per_sample"] = {str(n): c for n, c in sorted(self._negatives.items())}
+        if self.counts:
+            entry["counts"] = dict(sorted(self.counts.items()))
+        self.manifest["shards"].append(entry)
         self._write_manifest()
-        self._open_shard()
+        self._new_shard()
 
     def _write_manifest(self) -> None:
         self.manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
         atomic_write(self.directory / MANIFEST, lambda f: json.dump(self.manifest, f, indent=1), "w")
 
     def close(self) -> dict[str, Any]:
-        """Finish the last shard and mark the set complete; returns the manifest."""
+        """Finish the last shard and mark the set complete; returns the manifest. A set that was
+        complete when the writer opened it and got nothing new is left untouched."""
+        if self._was_complete and self._tar is None and len(self.manifest["shards"]) == len(self._earlier):
+            return self.manifest
         self._finish_shard()
-        self._tar.close()
-        if self._tmp.exists():
-            self._tmp.unlink()
         earlier = {"shards": [s for s in self.manifest["shards"] if s["name"] in self._earlier]}
         ids = collect_coco_ids(self.directory, earlier) | {int(i) for i in self._coco_ids}
         if ids:
@@ -275,9 +352,7 @@ class ShardSetWriter:
         if exc_type is None:
             self.close()
         else:  # keep complete shards, drop the partial one, leave the set resumable
-            self._tar.close()
-            if self._tmp.exists():
-                self._tmp.unlink()
+            self._drop_tar()
 
 
 def negatives_per_sample(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -296,6 +371,33 @@ def negatives_per_sample(manifest: dict[str, Any]) -> dict[str, Any]:
             "mean": round(sum(n * c for n, c in total.items()) / samples, 4) if samples else None,
             "with_none": round(total[0] / samples, 6) if samples else None,
             "shards_counted": counted}
+
+
+def summed_counts(manifest: dict[str, Any]) -> tuple[Counter, int]:
+    """The writer's per-shard `counts` summed over the set's shards, and how many shards have
+    no such record (written by an older version)."""
+    total: Counter[str] = Counter()
+    missing = 0
+    for shard in manifest.get("shards", []):
+        if "counts" in shard:
+            total.update(shard["counts"])
+        else:
+            missing += 1
+    return total, missing
+
+
+def grouped(counts: Counter, prefix: str) -> dict[str, int]:
+    """The counts whose key starts with `prefix` (e.g. `skipped:`), by the rest of the key, sorted."""
+    return {k[len(prefix):]: v for k, v in sorted(counts.items()) if k.startswith(prefix)}
+
+
+def coco_ids_of(meta: Optional[dict[str, Any]]) -> list[int]:
+    """The COCO images a sample was made from: `meta["coco_id"]` and the list `meta["coco_ids"]`
+    (a stitched image cut from several)."""
+    if not meta:
+        return []
+    ids = [meta["coco_id"]] if meta.get("coco_id") is not None else []
+    return [int(i) for i in ids + list(meta.get("coco_ids") or [])]
 
 
 def iter_raw_samples(shard: str | Path) -> Iterator[dict[str, Any]]:
@@ -327,11 +429,10 @@ def collect_coco_ids(directory: str | Path, manifest: Optional[dict] = None) -> 
                 if member.isfile() and member.name.endswith(".json") \
                         and member.name.count(".") == 1:  # `<key>.json`, not `neg.json` etc.
                     try:
-                        coco_id = json.loads(tar.extractfile(member).read()).get("coco_id")
-                    except (json.JSONDecodeError, AttributeError):
+                        meta = json.loads(tar.extractfile(member).read())
+                        ids.update(coco_ids_of(meta))
+                    except (ValueError, AttributeError, TypeError):
                         raise SchemaError(f"{path}: member '{member.name}' is not a JSON object") from None
-                    if coco_id is not None:
-                        ids.add(int(coco_id))
     return ids
 
 
@@ -369,7 +470,7 @@ def verify_shard_set(directory: str | Path, require_image: bool = True,
         path = Path(directory) / entry["name"]
         if not path.is_file():
             raise SchemaError(f"{path}: listed in the manifest but missing")
-        if _sha256(path) != entry["sha256"]:
+        if sha256_file(path) != entry["sha256"]:
             raise SchemaError(f"{path}: sha256 differs from the manifest (corrupt or rewritten)")
         count = 0
         for raw in iter_raw_samples(path):

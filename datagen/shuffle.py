@@ -12,9 +12,11 @@ a uniformly random permutation of the whole set, reproducible from the seed and 
 one bucket (about total bytes / N; the default N aims at `BUCKET_BYTES` per bucket), disk holds
 one extra copy of SRC while it runs (the buckets are deleted at the end).
 
-Resumable: a finished pass 1 is recorded in `<work>/buckets.json` (seed, N, SRC's shard hashes)
-and reused; pass 2 resumes after the last complete output shard (the writer's `inputs_done`
-positions of the same order are skipped). A resume with another seed or N is refused in one line.
+Pass 1 checks every sample against the shard schema, so a bad one (e.g. a caption that is not
+UTF-8) stops the run with one line naming the sample and its shard in SRC. Resumable: a
+finished pass 1 is recorded in `<work>/buckets.json` (seed, N, SRC's shard hashes) and reused;
+pass 2 resumes after the last complete output shard (the writer's `inputs_done` positions of the
+same order are skipped). A resume with another seed or N is refused in one line.
 The output manifest records `"order": {"shuffled": true, "seed": S, "method": "buckets",
 "buckets": N, "source": SRC}`, SRC's `features` and record of excluded benchmark images, and
 `shuffle` (samples, largest bucket); `image_ids.txt` is written anew.
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from datagen.order import rng, shuffled_order
+from datagen.schema import ShardSample
 from datagen.shards import (CARRIED_KEYS, ShardSetWriter, iter_raw_samples, read_manifest,
                             shard_urls)
 from models.checkpoint import atomic_write
@@ -66,6 +69,7 @@ def scatter(src: str | Path, work: Path, seed: int, buckets: int, progress: bool
     try:
         for url in shard_urls(src):
             for raw in iter_raw_samples(url):
+                ShardSample.from_wds(raw, require_image=False)  # a bad sample is named here, by its shard
                 b = int(draw.integers(buckets))
                 for member, value in raw.items():
                     if member.startswith("__"):

@@ -5,7 +5,10 @@ An object bank is a folder of object images: RGBA crops (the synthetic world's
 from noun prompts (`datagen.genimages.write_generated_object_bank`). The object's name is the
 file stem with underscores as spaces and a trailing `_<number>` dropped (`dog_3.jpg` -> "dog").
 Backgrounds come from `<bank>/backgrounds/` (or any folder given); without any, a flat random
-colour is used. Unreadable images are skipped and counted.
+colour is used. Unreadable images are skipped and counted. A bank cut from COCO images
+(`prepare cocobank`) has `coco_ids.json` (file name -> COCO image id): each pair then records the
+COCO images its two objects came from in `json` as `coco_ids` (sorted, distinct), which the shard
+writer lists in `image_ids.txt` for the trainer's benchmark-overlap guard.
 
 Pair `i` (seeded by `(seed, i)` alone, so resumed runs are byte-identical):
 1. pick a relation axis (left-right or above-below) and two objects with different names, A and B;
@@ -23,6 +26,7 @@ seed)`; key `<prefix><i>` keeps the pair index).
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections import Counter
@@ -50,6 +54,7 @@ class BankObject:
     name: str
     image: Image.Image  # RGBA, cropped to its visible (alpha > 0) content
     source: str
+    coco_id: Optional[int] = None  # the COCO image it was cut from (`coco_ids.json`), if known
 
 
 @dataclass
@@ -74,6 +79,7 @@ class StitchedPair:
     anchor_masks: tuple[np.ndarray, np.ndarray]  # bool [H, W] alpha masks of A and B
     mirrored_masks: tuple[np.ndarray, np.ndarray]
     background: str
+    coco_ids: tuple[int, ...] = ()  # COCO images the objects were cut from (sorted, distinct)
 
     def boxes(self, which: str) -> list[Box]:
         masks = self.anchor_masks if which == "anchor" else self.mirrored_masks
@@ -111,10 +117,11 @@ def load_object_bank(folder: str | Path, backgrounds: Optional[str | Path] = Non
     folder = Path(folder)
     skipped: Counter = Counter()
     objects = []
+    coco_ids = _coco_ids(folder)
     for path in list_image_files(folder):
         try:
             objects.append(BankObject(object_name(path), _as_object(load_image_file(path), str(path)),
-                                      path.name))
+                                      path.name, coco_ids.get(path.name)))
         except BadImage as err:
             log.warning("skipping object image: %s", err)
             skipped["corrupt_image"] += 1
@@ -134,6 +141,18 @@ def load_object_bank(folder: str | Path, backgrounds: Optional[str | Path] = Non
         raise ValueError(f"{folder}: object bank needs at least two differently named readable "
                          f"objects, found {bank.names} ({dict(skipped) or 'none skipped'})")
     return bank
+
+
+def _coco_ids(folder: Path) -> dict[str, int]:
+    """`coco_ids.json` of a bank (`prepare cocobank`), or {} when it has none."""
+    path = folder / "coco_ids.json"
+    if not path.is_file():
+        return {}
+    try:
+        return {str(k): int(v) for k, v in json.loads(path.read_text()).items()}
+    except (ValueError, TypeError, AttributeError):
+        raise ValueError(f"{path}: not a JSON object of file name -> COCO image id; rerun "
+                         "prepare cocobank or delete it") from None
 
 
 def _pick_pair(bank: ObjectBank, rng: np.random.Generator) -> tuple[BankObject, BankObject]:
@@ -221,7 +240,8 @@ def make_pair(bank: ObjectBank, index: int, seed: int = 0, size: tuple[int, int]
     return StitchedPair(relation=relation, names=(a, b), anchor=anchor, mirrored=mirror,
                         anchor_caption=_caption(relation, a, b, rng),
                         mirrored_caption=_caption(relation, b, a, rng),
-                        anchor_masks=anchor_masks, mirrored_masks=mirror_masks, background=bg_name)
+                        anchor_masks=anchor_masks, mirrored_masks=mirror_masks, background=bg_name,
+                        coco_ids=tuple(sorted({o.coco_id for o in objs if o.coco_id is not None})))
 
 
 def pair_sample(pair: StitchedPair, key: str, index: int, ext: str = "jpg") -> ShardSample:
@@ -229,6 +249,8 @@ def pair_sample(pair: StitchedPair, key: str, index: int, ext: str = "jpg") -> S
             "objects": list(pair.names), "background": pair.background,
             "boxes": {"anchor": [list(b) for b in pair.boxes("anchor")],
                       "mirrored": [list(b) for b in pair.boxes("mirrored")]}}
+    if pair.coco_ids:
+        meta["coco_ids"] = list(pair.coco_ids)
     partner = Partner(image=encode_image(pair.mirrored, ext), caption=pair.mirrored_caption,
                       kind="mirrored", image_ext=ext)
     return ShardSample(key=key, caption=pair.anchor_caption, image=encode_image(pair.anchor, ext),

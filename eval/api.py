@@ -10,7 +10,8 @@ text or image common to several benchmarks is encoded once. `run` returns the fu
 `BenchmarkResult`s for reports (`eval.report.write_reports`).
 
 Data checks, for a start-up check before any model is loaded (no model, no scoring; file
-existence, recorded download checksums, and annotation files read to list the images they need):
+existence, pinned and recorded checksums (`eval.checksums`), and annotation files read to list
+the images they need):
 
     problems = missing_data(["visla", "aro"], "data/")   # [] when everything is there
     check_data(["visla", "aro"], "data/")                # raises MissingData listing every problem
@@ -113,9 +114,10 @@ def missing_data(benchmarks: list[str], data_root, options: Optional[dict] = Non
     """One line per problem (the missing or changed file / folder, and the command that fetches
     it, or the manual step), empty when everything the benchmarks need is there.
 
-    Loads no model and scores nothing: it checks files exist, verifies the checksums recorded at
-    download, and reads annotation files only to list the images they refer to. With
-    `require_images=False` (a text-only scorer) image-only benchmarks are not checked, as
+    Loads no model and scores nothing: it checks files exist, verifies the published files'
+    pinned sha256 (not in a root marked as local data) and the checksums recorded at download
+    (`eval.checksums.changed`), and reads annotation files only to list the images they refer
+    to. With `require_images=False` (a text-only scorer) image-only benchmarks are not checked, as
     `run` would skip them. Parts that need a manual licence step (ARO / retrieval Flickr30k,
     zero-shot ImageNet) are not missing unless named in the options; they are skipped with a
     note when scored. Unknown benchmark names or options raise ValueError."""

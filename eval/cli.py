@@ -16,10 +16,13 @@ minilm` (or a sentence-transformers folder) adds a text-only scorer. All models 
 the same benchmarks and reported side by side (`eval.report`). `--precision fp16` scores as the
 ARO / SugarCrepe++ reference scripts do for OpenAI CLIP and NegCLIP (`eval.precision`).
 
-Before any model is loaded, every requested benchmark's files are checked (`eval.api.check_data`)
-and every model argument is resolved and checked (`models.resolve_model`): what is missing is
-printed as one message listing each file and the command that fetches it; any bad input is one
-line (docs/cli.md) and exit status 2. A benchmark that still fails while it is scored (an image
+`--batch-size` below 1 is a usage error. Before any model is loaded, `--device` is checked (a
+tensor is made on it), every requested benchmark's files are checked (`eval.api.check_data`),
+every model argument is resolved and checked (`models.resolve_model`) and every PyTorch
+checkpoint file's weights must be finite (`eval.weights.check_file`); each model is checked for
+NaN / inf again right after it is built (`eval.weights.check_model`). What is missing is printed
+as one message listing each file and the command that fetches it; any bad input is one line
+(docs/cli.md) and exit status 2. A benchmark that still fails while it is scored (an image
 that cannot be decoded, ...) is skipped: the others are scored, the report of what was scored is
 written, and the command exits with status 3 naming it.
 """
@@ -29,6 +32,7 @@ import argparse
 from pathlib import Path
 import json
 import logging
+import os
 import sys
 
 from compclip.cli import (CommaList, InputError, RunFault, add_subparsers, deprecated, make_parser, one_line,
@@ -58,10 +62,12 @@ def _model_args(args) -> list[tuple[str | None, str | None]]:
 
 def _scorers(args, checked: list[tuple[str, str | None]]):
     from eval.scorer import OpenClipScorer, SentenceTransformerScorer
+    from eval.weights import check_model
     from models import load_model
     labels = args.label or []
     for i, (arch, tag) in enumerate(checked):
         loaded = load_model(arch, tag, lineage=args.lineage, device=args.device)
+        check_model(loaded.model, tag or f"{arch}:random")
         label = labels[i] if i < len(labels) else f"{arch}:{tag or 'random'}"
         yield label, OpenClipScorer.from_loaded(loaded, name=label, batch_size=args.batch_size, device=args.device,
                                                 precision=args.precision)
@@ -70,6 +76,40 @@ def _scorers(args, checked: list[tuple[str, str | None]]):
             SentenceTransformerScorer(text_model, device=args.device, precision=args.precision)
         i = len(checked) + j
         yield (labels[i] if i < len(labels) else scorer.name), scorer
+
+
+def _check_weights(checked: list[tuple[str, str | None]]) -> None:
+    """Every checkpoint file's weights finite (`eval.weights`), before any model is loaded."""
+    from eval.weights import check_file
+    for _, tag in checked:
+        if tag and os.path.isfile(tag):
+            check_file(tag)
+
+
+def positive_int(text: str) -> int:
+    """An argparse `type`: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
+def check_device(text: str) -> None:
+    """`--device` names a torch device this machine has (a tiny tensor is made on it)."""
+    import torch
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise InputError(f"--device {text}: not a torch device name; give cpu, cuda, cuda:N or mps") from None
+    try:
+        torch.empty(1, device=device)
+    except (RuntimeError, AssertionError) as err:
+        first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        raise InputError(f"--device {text}: torch cannot use it here ({first.split('. ')[0]}); give cpu, or a "
+                         "device this machine has") from None
 
 
 def _options(text: str | None) -> dict:
@@ -88,6 +128,7 @@ def cmd_score(args) -> int:
     from eval.api import check_data, flatten, run as run_benchmarks, validate_names
     if not (args.model or args.pretrained or args.text_model):
         raise InputError("give at least one --pretrained (with or without --model) or --text-model")
+    check_device(args.device)
     options = _options(args.options)
     if not args.benchmarks:
         raise InputError("--benchmarks is empty; give comma-separated names (python -m eval list shows them)")
@@ -96,6 +137,7 @@ def cmd_score(args) -> int:
     # all before any model is loaded; the data check imports no open_clip, so it answers first
     check_data(args.benchmarks, args.data_root, options, require_images=bool(args.model or args.pretrained))
     checked = _model_args(args)
+    _check_weights(checked)
     results, failed = {}, {}
     for label, scorer in _scorers(args, checked):
         logging.info("scoring %s", label)
@@ -171,7 +213,7 @@ def make_main_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="report folder (JSON, Markdown, plots); none: print the metrics only")
     s.add_argument("--options", help='JSON per benchmark, e.g. \'{"aro": {"seeds": [0, 1]}}\'')
     s.add_argument("--per-instance", action="store_true", help="keep per-item records in the JSON reports")
-    s.add_argument("--batch-size", type=int, default=256, help="items per encoder call")
+    s.add_argument("--batch-size", type=positive_int, default=256, help="items per encoder call")
     s.add_argument("--device", default="cpu", help="torch device")
     s.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"],
                    help="towers and score arithmetic (fp16: as the ARO / SugarCrepe++ reference scripts "

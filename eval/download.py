@@ -1,20 +1,21 @@
 """`python -m eval download`: fetch each benchmark from its official source into a data root.
 
 `SOURCES` is the whole table: GitHub files pinned to a full 40-character commit
-(raw.githubusercontent.com), with the sha256 of the files that are fixed (those of
-`../shared/benchmarks/SHA256SUMS`); the ARO annotation files and image zip from the Google Drive
-ids its reference loaders use; the Karpathy test splits from the BLIP bucket ARO reads; COCO
-image zips; CIFAR tarballs (md5 as torchvision checks); the Hugging Face dataset
-`imirandam/BiVLC` at a pinned revision, saved with `save_to_disk`. Large image archives are
-fetched only with `--images`. Files are written to a temporary name, checked, then renamed; a
-present file with a wrong checksum is fetched again. Google Drive and BLIP-bucket files have no
-published checksum: the sha256 and size of every file and archive fetched are recorded in the
-data root (`eval.checksums`) and checked on every later use and every later download, so a
-truncated file or an upstream change is caught. Flickr30k and ImageNet images need a licence
-sign-up: the command prints where to put them. Each fetch shows a bar on stderr naming the file,
-with its size as the total when the server sends one. A file that cannot be fetched is logged in
-one line as it fails and the others are fetched; at the end `DownloadFailed` (a fault: exit 3)
-names every failed file in one line; files already fetched are kept.
+(raw.githubusercontent.com), with the sha256 of the files that are fixed
+(`eval.checksums.PINNED`, those of `../shared/benchmarks/SHA256SUMS`; every use checks them
+too); the ARO annotation files and image zip from the Google Drive ids its reference loaders
+use; the Karpathy test splits from the BLIP bucket ARO reads; COCO image zips; CIFAR tarballs
+(md5 as torchvision checks); the Hugging Face dataset `imirandam/BiVLC` at a pinned revision,
+saved with `save_to_disk`. Large image archives are fetched only with `--images`. Files are
+written to a temporary name, checked, then renamed; a present file with a wrong checksum is
+fetched again. Google Drive and BLIP-bucket files have no published checksum: the sha256 and
+size of every file and archive fetched are recorded in the data root (`eval.checksums`) and
+checked on every later use and every later download, so a truncated file or an upstream change
+is caught. Flickr30k and ImageNet images need a licence sign-up: the command prints where to put
+them. Each fetch shows a bar on stderr naming the file, with its size as the total when the
+server sends one. A file that cannot be fetched is logged in one line as it fails and the others
+are fetched; at the end `DownloadFailed` (a fault: exit 3) names every failed file in one line;
+files already fetched are kept.
 
 Pins: SugarCrepe `0047054b243992f0fad63d6f64f7544862daf846` and SugarCrepe++
 `c083bbf039a5ca215acaf25e7ee736d2ea6f3864` (full hashes found in the stored repositories).
@@ -51,22 +52,7 @@ GITHUB = {  # repository @ commit (../shared/benchmarks/README.md names their 12
     "sugarcrepe": ("RAIVNLab/sugar-crepe", "0047054b243992f0fad63d6f64f7544862daf846"),
     "sugarcrepe_pp": ("Sri-Harsha/scpp", "c083bbf039a5ca215acaf25e7ee736d2ea6f3864"),
 }
-SHA256 = {
-    "sugarcrepe/add_att.json": "012d88d729693d193760e6f3393b06a1cf874380a9db0062e937201199fe044d",
-    "sugarcrepe/add_obj.json": "1b9d76b93139a937b8dc1ada92a4f05ecc821bb3c291d752428bafadd4bb0682",
-    "sugarcrepe/replace_att.json": "9fe55fd4c0a9ad1f85d486d9f6d0215b41f867eb025026e7f7b5ce44352545ee",
-    "sugarcrepe/replace_obj.json": "9d299600639947e9d15281a9ded1382b376cf4ea088a8d08a1314bfe76e81898",
-    "sugarcrepe/replace_rel.json": "356bcc2fc4c6aed3f4d9fd50acc58489bb1fe70c28791f9368d4cbf9ea39cdc9",
-    "sugarcrepe/swap_att.json": "7a7ce04e5c4c80412b48c6f0c1347fb1a2f5d54c0be6aa429b64d390e442f8d0",
-    "sugarcrepe/swap_obj.json": "073cdb8e253d053614e80710834d9773b09dbc1dd0a412f6f9492262caa1dcad",
-    "sugarcrepe_pp/replace_att.json": "6826413592894754eeca02aeebbcbbc8b95a7456998abcc714e71c033ce6fe87",
-    "sugarcrepe_pp/replace_obj.json": "5c6dc499ec8f511a8aa4ec1b7b5eb0eca90317488abe36ec39573355e2d361ab",
-    "sugarcrepe_pp/replace_rel.json": "040fb95d3f0619bf515db60879e99709a87a5e9b4f524ec3403b127243480fd4",
-    "sugarcrepe_pp/swap_att.json": "450d0fd9fcad3e6f44950dc634e7f901ab1c6d9c60a569ade5ae8ffb3d203ad8",
-    "sugarcrepe_pp/swap_obj.json": "5f33cae824de431a7ecd3c5de6301f689815f9497aa36d96b154bbaf117b201b",
-    "visla/Generic_VISLA.tsv": "99cad867a688d70af10e08ed2548720c95f88d774fb3e5e41bf6fddcab3fc6a6",
-    "visla/Spatial_VISLA.tsv": "f1ec14db70183bf6748cf71324e98062f9f7c395d8202f60dbfabb7a6f1ab891",
-}
+SHA256 = checksums.PINNED  # the published files' sha256, checked at download and at every use
 BIVLC_REPO, BIVLC_REVISION = "imirandam/BiVLC", "0c504074819f3fa83d5d3f37018f8b43c05bda82"
 DRIVE = "https://drive.usercontent.google.com/download?id={}&export=download&confirm=t"
 BLIP = "https://storage.googleapis.com/sfr-vision-language-research/datasets/{}"

@@ -3,8 +3,11 @@
 `make_data_root(root)` renders small PIL images and writes VISLA TSVs (CRLF, spatial rows with an
 empty negative), SugarCrepe JSON objects (ids with a gap), SugarCrepe++ JSON lists, a BiVLC
 dataset via `datasets.Dataset.save_to_disk`, ARO's VG JSON with boxes and Karpathy-style Order
-files, the retrieval copies and CIFAR-style pickles. Captions come from a small vocabulary and
-some negatives equal their positive word for word, so exact score ties occur.
+files, the retrieval copies and CIFAR-style pickles (a dict of lists and a uint8 numpy array, pickle
+protocol 4: no globals beyond numpy's array reconstruction, as the official files). Captions come
+from a small vocabulary and some negatives equal their positive word for word, so exact score
+ties occur. The root is marked as local data (`eval.checksums.mark_local`), so its files, named
+as the published ones, are not compared with the published files' pinned sha256.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+from eval.checksums import mark_local
 
 COLORS = ["red", "blue", "green", "yellow", "black", "white"]
 NOUNS = ["dog", "cat", "horse", "table", "car", "tree", "man", "woman"]
@@ -97,6 +102,7 @@ def make_data_root(root: str | Path, n: int = 6, seed: int = 0, size: int = 40) 
     _write_bivlc(root / "bivlc", rng, n, size)
     _write_aro(root, rng, n, size)
     _write_cifar(root / "zeroshot", rng, n)
+    mark_local(root, "eval.synthetic")
     return root
 
 
@@ -170,6 +176,6 @@ def _write_cifar(folder: Path, rng: random.Random, n: int) -> None:
         data = {"data": gen.integers(0, 256, (n * 2, 3 * 32 * 32), dtype=np.uint8),
                 label_key: [int(x) for x in gen.integers(0, k, n * 2)]}
         with open(folder / sub / data_file, "wb") as f:
-            pickle.dump(data, f)
+            pickle.dump(data, f, protocol=4)
         with open(folder / sub / meta_file, "wb") as f:
-            pickle.dump({names_key: [f"class_{j}" for j in range(k)]}, f)
+            pickle.dump({names_key: [f"class_{j}" for j in range(k)]}, f, protocol=4)

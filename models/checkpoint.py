@@ -3,9 +3,11 @@
 `<dir>/<name>.pt` holds `{"state_dict": ...}`, which plain
 `open_clip.create_model_and_transforms(arch, pretrained="<dir>/<name>.pt")` loads. Beside it,
 `<dir>/<name>.json` holds `CheckpointMeta` (architecture, activation, lineage, source weights,
-recipe, step, epoch, metrics). Every file is written to a temporary name, flushed and renamed, and
-the pointer `<dir>/latest` is moved only after both files are complete, so a kill mid-save never
-leaves a torn checkpoint as the latest one.
+recipe, step, epoch, metrics, the precision training ran in, recipe changes accepted on resume). Every
+file is written to a temporary name, flushed and renamed, and the pointer `<dir>/latest` is moved only
+after both files are complete, so a kill mid-save never leaves a torn checkpoint as the latest one.
+`atomic_write` gives its files the mode a plain `open()` would (0666 less the umask), not the 0600
+of its temporary file.
 
 `resolve_checkpoint(path)` is the one reading of "a checkpoint" every command accepts (docs/cli.md):
 a checkpoint file, a pointer file (`best`, `latest`), a run's `checkpoints/` folder or the run
@@ -57,16 +59,40 @@ class CheckpointMeta:
     recipe: Optional[dict[str, Any]] = None
     metrics: dict[str, float] = field(default_factory=dict)
     overlap: dict[str, int] = field(default_factory=dict)  # benchmark -> training images in it
+    precision: Optional[str] = None  # what training ran in (recipe.precision fp16/bf16 runs as fp32 on CPU)
+    recipe_changes: list[dict[str, Any]] = field(default_factory=list)  # [{"step", "changes": {key: [old, new]}}]
     format: int = FORMAT_VERSION
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it (Linux: /proc/self/status; elsewhere set and
+    restored at once)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def default_mode(executable: bool = False) -> int:
+    """The mode `open()` gives a new file (0666, or 0777 for an executable, less the umask)."""
+    return (0o777 if executable else 0o666) & ~current_umask()
+
+
 def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "wb") -> Path:
-    """Write `path` through `write(fileobj)` into a temporary file, fsync, then rename."""
+    """Write `path` through `write(fileobj)` into a temporary file, fsync, then rename. The file gets
+    the mode `open()` would give it (`default_mode`), not mkstemp's 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, mode) as handle:
+            os.fchmod(handle.fileno(), default_mode())
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())

@@ -14,7 +14,9 @@ left out, and a different one is refused (`ArchitectureMismatch`) rather than bu
 position embeddings, which would score another model. Bare files are checked too: weights whose
 shapes differ from the architecture's are refused, not resized. A file that cannot be read is a
 `CorruptCheckpoint` naming it. `resolve_model` runs these checks without building anything, so a
-command can validate every model it was given before loading the first.
+command can validate every model it was given before loading the first. `tag_weights_problem`
+says whether an open_clip tag's weights can be had (in the local cache, or the hub / URL reachable
+and not offline) before anything tries to download them.
 """
 from __future__ import annotations
 
@@ -207,6 +209,73 @@ def resolve_model(arch: Optional[str], pretrained: Optional[str]) -> tuple[str, 
     if pretrained and not os.path.isfile(pretrained):
         _weights_origin(arch, pretrained, "auto")  # an unknown tag fails here, listing the known ones
     return arch, pretrained
+
+
+def _hub_names(filename: str) -> list[str]:
+    """The files open_clip tries for a hub entry, in its order (a safetensors alternative first)."""
+    try:
+        from open_clip.pretrained import _get_safe_alternatives
+    except ImportError:
+        return [filename]
+    return [*_get_safe_alternatives(filename), filename]
+
+
+def _answers(check: Callable[[], bool]) -> bool:
+    try:
+        return bool(check())
+    except Exception:  # noqa: BLE001 -- any network or hub error: not reachable from here
+        return False
+
+
+def _hub_problem(hub: str, offline: bool) -> Optional[str]:
+    """A tag's `hf_hub` file: in the local Hugging Face cache (`try_to_load_from_cache`, where
+    open_clip's `hf_hub_download` looks), or on the hub when not offline; else why not."""
+    import huggingface_hub
+    from open_clip.constants import HF_WEIGHTS_NAME
+    repo, filename = os.path.split(hub)
+    names = _hub_names(filename or HF_WEIGHTS_NAME)
+    if any(isinstance(huggingface_hub.try_to_load_from_cache(repo, name), str) for name in names):
+        return None
+    if not offline and _answers(lambda: any(huggingface_hub.file_exists(repo, name) for name in names)):
+        return None
+    return f"{repo} ({filename or HF_WEIGHTS_NAME}) is not in the local Hugging Face cache"
+
+
+def _url_problem(url: str, offline: bool) -> Optional[str]:
+    """A tag's `url` file: where open_clip's `download_pretrained_from_url` keeps it
+    (~/.cache/clip), or answering when not offline; else why not."""
+    import urllib.request
+    target = os.path.join(os.path.expanduser("~/.cache/clip"), os.path.basename(url))
+    if os.path.isfile(target):
+        return None
+    head = urllib.request.Request(url, method="HEAD")
+    if not offline and _answers(lambda: urllib.request.urlopen(head, timeout=10).status < 400):
+        return None
+    return f"{target} (from {url}) is not downloaded"
+
+
+def tag_weights_problem(arch: str, tag: str) -> Optional[str]:
+    """Why the weights of open_clip tag `tag` of `arch` cannot be had here, or None. open_clip
+    fetches a tag from the Hugging Face hub (its `hf_hub` entry) when huggingface_hub is installed,
+    else from its `url` into ~/.cache/clip; the weights are available when that file is already in
+    its cache, or when the hub / URL answers and huggingface_hub is not in offline mode
+    (HF_HUB_OFFLINE=1, where nothing is fetched). Unknown tags are `resolve_model`'s to report."""
+    import huggingface_hub
+    from open_clip.pretrained import has_hf_hub
+    cfg = open_clip.get_pretrained_cfg(arch, tag)
+    if cfg.get("file"):
+        return None if os.path.isfile(cfg["file"]) else f"its file {cfg['file']} is missing"
+    offline = huggingface_hub.is_offline_mode()
+    if cfg.get("hf_hub") and has_hf_hub():
+        problem = _hub_problem(cfg["hf_hub"], offline)
+    elif cfg.get("url"):
+        problem = _url_problem(cfg["url"], offline)
+    else:
+        return None  # an unknown tag, or one with nothing to fetch
+    if problem is None:
+        return None
+    why = "huggingface_hub is offline (HF_HUB_OFFLINE=1)" if offline else "cannot be fetched from here"
+    return f"{problem} and {why}"
 
 
 def _check_readable(path) -> None:

@@ -21,6 +21,7 @@ import torch
 from PIL import Image
 
 from eval.api import run
+from eval.checksums import mark_local
 from eval.scorer import Scorer, TextScorer
 
 POOL = [list(v) for v in np.eye(4)] + [[.5, .5, .5, .5], [.5, -.5, .5, -.5], [.5, .5, -.5, -.5], [-.5, .5, .5, -.5]]
@@ -150,6 +151,7 @@ def visla_root(tmp_path_factory):
         if subset == "spatial":
             lines.append(["c0.png", "a dog", "the dog", "", ""])  # empty N: dropped by the reader
         (root / "visla" / file).write_text("\r\n".join("\t".join(x) for x in lines), encoding="utf-8")
+    mark_local(root, "tests")  # hand-made files under the published names
     return root, table
 
 
@@ -221,6 +223,7 @@ def test_visla_lexical_hand_rows_one_by_one(tmp_path):
     the punctuation row keep P1; text-only scoring reports the T2T halves and close_is_p1 only."""
     (tmp_path / "visla" / "images").mkdir(parents=True)
     Image.new("RGB", (8, 8), COLOURS[4]).save(tmp_path / "visla" / "images" / "c4.png")
+    mark_local(tmp_path, "tests")
     for (p1, p2, n), keeps_p1 in zip(HAND_ROWS, [False, True, True, True]):
         for name, cols in (("Generic_VISLA.tsv", "filename\tcaption\tsecond positive\tnegative_caption"),
                            ("Spatial_VISLA.tsv", "image\tsent1\tsent2\tBest reference (Semantically close)")):
@@ -363,6 +366,7 @@ def test_left_right_matches_brute_force(vg_root):
 def test_left_right_without_vg_relation_mines_visla_text(tmp_path):
     """No ARO file: nouns from the VISLA P1 captions, cosines only, accuracy skipped with a note."""
     (tmp_path / "visla").mkdir()
+    mark_local(tmp_path, "tests")
     p1s = ["the dog is on top of the table", "a cat sits to the left of a dog", "the horse is in front of the dog",
            "a cat and a horse", "the table is under the lamp"]
     rows = [f"x.jpg\t{p}\t{p} again\tsomething else" for p in p1s]

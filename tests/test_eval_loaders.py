@@ -5,6 +5,7 @@ import shutil
 import pytest
 
 from eval.benchmarks.base import DataError, MissingData
+from eval.checksums import mark_local
 from eval.registry import get_benchmark, list_benchmarks
 
 
@@ -71,6 +72,7 @@ def test_malformed_files_name_file_and_sample(tmp_path, shared_benchmarks):
     for f in (shared_benchmarks / "sugarcrepe").glob("*.json"):
         shutil.copy(f, sc / f.name)
     data = json.loads((sc / "swap_obj.json").read_text())
+    mark_local(tmp_path, "tests")  # edited on purpose: not compared with the published file's sha256
     del data["7"]["negative_caption"]
     (sc / "swap_obj.json").write_text(json.dumps(data))
     with pytest.raises(DataError, match=r"swap_obj.json: item '7' lacks key\(s\) \['negative_caption'\]"):

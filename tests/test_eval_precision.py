@@ -8,6 +8,7 @@ import torch
 
 from eval.api import run
 from eval.cache import EmbeddingCache
+from eval.checksums import mark_local
 from eval.metrics import argmax_correct, option_scores, triplet_correct
 from eval.scorer import OpenClipScorer, TextScorer
 
@@ -30,6 +31,7 @@ class Lookup(TextScorer):
 
 def write_visla(root, rows):
     (root / "visla").mkdir(parents=True)
+    mark_local(root, "tests")  # hand-made files under the published names
     gen = ["filename\tcaption\tsecond positive\tnegative_caption"] + [f"x.jpg\t{a}\t{b}\t{c}" for a, b, c in rows]
     (root / "visla" / "Generic_VISLA.tsv").write_bytes("\r\n".join(gen).encode())
     (root / "visla" / "Spatial_VISLA.tsv").write_bytes(

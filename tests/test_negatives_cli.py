@@ -148,3 +148,27 @@ def test_tagger_multiplies_with_numpy_blas_and_tags_as_blis_does():
     assert blis.get_pipe("tok2vec").model.ops.use_blis is True
     texts = sorted(set(CAPTIONS))
     assert [[t.tag_ for t in d] for d in nlp.pipe(texts)] == [[t.tag_ for t in d] for d in blis.pipe(texts)]
+
+
+def test_a_resume_with_an_edited_input_is_refused_and_changes_nothing(tmp_path, capsys):
+    """S7: captions edited between a kill and the rerun (before: exit 0, old and new captions in
+    one set) are refused in one line naming the input; the killed run's output is untouched. A
+    file touched with the same bytes resumes."""
+    from datagen.negatives.pipeline import run_generate
+    src, out = write_csv(tmp_path / "caps.csv"), tmp_path / "out"
+    run_generate(src, out, shard_size=10, progress=False, stop_after=25)  # a run killed after 2 shards
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert len(read_manifest(out)["shards"]) == 2
+    write_csv(src, [c.replace("red", "tan") for c in CAPTIONS])  # same size, other words
+    args = ["generate", "--src", str(src), "--out", str(out), "--max-count", "10", "--quiet"]
+    assert cli(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {src}: this input changed since {out} was started (its contents differ "
+                          "(sha256 ") and err.endswith("); rerun with the input as it was, or write to a "
+                                                       "new --out") and "\n" not in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    write_csv(src)  # the captions as they were, written anew: another mtime, the same bytes
+    assert cli(args) == 0
+    capsys.readouterr()
+    run_generate(src, tmp_path / "whole", shard_size=10, progress=False)
+    assert shards(out) == shards(tmp_path / "whole")

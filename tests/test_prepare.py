@@ -248,6 +248,13 @@ def test_prepare_trohn_text_groups_labels_and_resumes(coco, tmp_path, capsys):
     prepare_trohn(ds, tmp_path / "res", coco / "train2017", shard_size=2, progress=False,
                   name=str(tmp_path / "hf"))
     assert [s["sha256"] for s in read_manifest(tmp_path / "res")["shards"]] == full_hashes
+    # the report of the resumed run covers the whole set, as the uninterrupted run's does
+    reports = [json.loads((d / "prepare_stats.json").read_text()) for d in (out, tmp_path / "res")]
+    for report in reports:
+        report.pop("seconds"), report.pop("resumed_from")
+    assert reports[1] == reports[0] == {"units": 4, "samples": 3, "dropped_negatives": 1,
+                                        "skipped": {"no_negative": 1},
+                                        "labels": {"add:obj": 1, "replace:obj": 2, "swap:obj": 2}}
     flat = prepare_trohn(ds, tmp_path / "flat", coco / "train2017", group=False, label="replace:obj",
                          progress=False)
     assert sum(s["samples"] for s in flat["shards"]) == 5 and flat["features"]["labels"] == "fixed"
@@ -328,3 +335,132 @@ def test_coco_object_bank_feeds_the_stitcher(coco, tmp_path, capsys):
     assert main(["stitch", "--bank", str(bank), "--out", str(tmp_path / "lr"), "--n", "4",
                  "--canvas", "64"]) == 0
     assert json.loads(capsys.readouterr().out)["verified"]["partners"] == 4
+
+
+# ------------------------------------------------------------------ inputs the output trusts
+
+def tree(folder):
+    """Every file under `folder` with its bytes and mtime_ns."""
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_prepare_coco_knn_reuses_a_complete_read_only_base_untouched(coco, tmp_path, capsys):
+    """A complete --base set is read, never written (before: it had to be writable, and every
+    rerun left a 0-byte .tmp shard in it)."""
+    common = ["--captions", str(coco / "captions_train2017.json"), "--images", str(coco / "train2017"),
+              "--max-count", "5", "--quiet"]
+    base = tmp_path / "base"
+    assert main(["prepare", "coco", *common, "--out", str(base)]) == 0
+    capsys.readouterr()
+    before = tree(base)
+    for path in [base, *base.iterdir()]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    try:
+        for run in range(2):
+            assert main(["prepare", "coco", *common, "--out", str(tmp_path / f"nn{run}"), "--knn", "2",
+                         "--arch", "micro-vit-32", "--base", str(base)]) == 0
+            assert json.loads(capsys.readouterr().out)["verified"]["with_neighbours"] == 12
+            assert tree(base) == before
+        assert main(["prepare", "coco", *common, "--out", str(tmp_path / "other"), "--knn", "2",
+                     "--arch", "micro-vit-32", "--base", str(base), "--mode", "all"]) == 2
+        err = capsys.readouterr().err.strip()  # a base made with other options is not reused
+        assert err == (f"error: {base / 'manifest.json'}: this output was started with --mode sample, this run "
+                       "has --mode all; rerun with the options it was started with (--mode sample) or write "
+                       "to a new --out")
+    finally:
+        for path in [base, *base.iterdir()]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def test_prepare_coco_resume_with_edited_captions_is_refused(coco, tmp_path, capsys):
+    captions = tmp_path / "captions_train2017.json"
+    shutil.copy(coco / "captions_train2017.json", captions)
+    out = tmp_path / "out"
+    prepare_coco(out, coco / "train2017", captions=captions, shard_size=2, progress=False, stop_after=5,
+                 kinds=["swap", "replace", "add"])  # what the command line gives
+    before = tree(out)
+    data = json.loads(captions.read_text())
+    data["annotations"][0]["caption"] = "A man riding a white horse on the beach."
+    captions.write_text(json.dumps(data))
+    assert main(["prepare", "coco", "--captions", str(captions), "--images", str(coco / "train2017"),
+                 "--out", str(out), "--max-count", "2", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {captions}: this input changed since {out} was started (its contents differ ") and "\n" not in err
+    assert tree(out) == before
+
+
+def write_clone(folder, rows):
+    """A local clone of a hub dataset repository: README.md naming data/train-*, and
+    data/train-00000-of-00001.parquet."""
+    (folder / "data").mkdir(parents=True)
+    datasets.Dataset.from_dict(rows).to_parquet(str(folder / "data" / "train-00000-of-00001.parquet"))
+    (folder / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n"
+                                      "  - split: train\n    path: data/train-*\n---\n# TROHN-Text\n")
+    return folder
+
+
+def test_prepare_trohn_local_clones_of_the_same_name_each_give_their_own_rows(coco, tmp_path, capsys):
+    """F1: two local clones named TROHN-Text in different folders (before: the second built a
+    complete set from the first's rows, cached by the folder name). Rows are read from the
+    clone's parquet files, listed with their sha256 in the manifest."""
+    import hashlib
+    other = trohn_text_rows()
+    other["caption"] = [c.replace("A ", "One ", 1) for c in other["caption"]]
+    other["negative_caption"] = [c.replace("A ", "One ", 1) for c in other["negative_caption"]]
+    clones = {"a": write_clone(tmp_path / "a" / "TROHN-Text", trohn_text_rows()),
+              "b": write_clone(tmp_path / "b" / "TROHN-Text", other)}
+    for name, clone in clones.items():
+        out = tmp_path / f"set_{name}"
+        assert main(["prepare", "trohn", "--dataset", str(clone), "--images-root", str(coco / "train2017"),
+                     "--out", str(out), "--label", "add:obj", "--quiet"]) == 0
+        capsys.readouterr()
+        rows = trohn_text_rows() if name == "a" else other
+        assert {s.caption for s in samples(out)} == {rows["caption"][i] for i in (0, 1, 5)}
+    for name, clone in clones.items():
+        parquet = clone / "data" / "train-00000-of-00001.parquet"
+        record = read_manifest(tmp_path / f"set_{name}")["inputs"]
+        assert list(record) == [str(parquet.resolve())]
+        assert record[str(parquet.resolve())]["sha256"] == hashlib.sha256(parquet.read_bytes()).hexdigest()
+
+
+def test_prepare_trohn_on_git_lfs_pointers_says_run_git_lfs_pull(coco, tmp_path, capsys):
+    clone = tmp_path / "TROHN-Text"
+    (clone / "data").mkdir(parents=True)
+    pointer = clone / "data" / "train-00000-of-00001.parquet"
+    pointer.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:"
+                       f"{'ab' * 32}\nsize 123456\n")
+    assert main(["prepare", "trohn", "--dataset", str(clone), "--images-root", str(coco / "train2017"),
+                 "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: {pointer}: a git-lfs pointer, not the data; run git "
+                                               "lfs pull in the clone, then rerun")
+
+
+def test_coco_object_bank_leaves_benchmark_images_out_and_stitched_pairs_name_theirs(coco, tmp_path, capsys):
+    """Cut-outs of a benchmark's COCO image are left out as prepare coco leaves them out
+    (before: kept), and a stitched pair names the COCO images of its two objects in
+    `json.coco_ids`, which the set's image_ids.txt (the trainer's overlap guard) lists
+    (before: no COCO id at all)."""
+    anns = []
+    for i, (cat, box) in enumerate([(1, (2, 2, 20, 20)), (2, (10, 4, 24, 24)), (1, (0, 0, 30, 25))]):
+        x, y, w, h = box
+        anns.append({"id": 500 + i, "image_id": 100 + i, "category_id": cat, "bbox": list(box),
+                     "iscrowd": 0, "segmentation": [[x, y, x + w, y, x + w / 2, y + h]]})
+    (tmp_path / "instances.json").write_text(json.dumps({
+        "images": [{"id": 100 + i, "file_name": file_name(100 + i)} for i in range(3)],
+        "categories": [{"id": 1, "name": "traffic light"}, {"id": 2, "name": "dog"}], "annotations": anns}))
+    karpathy = tmp_path / "dataset_coco.json"  # Karpathy test holds image 102
+    karpathy.write_text(json.dumps({"images": [{"cocoid": 102, "split": "test", "filepath": "val2014",
+                                                "filename": "x.jpg", "sentences": []}]}))
+    bank = tmp_path / "bank"
+    assert main(["prepare", "cocobank", "--instances", str(tmp_path / "instances.json"), "--images",
+                 str(coco / "train2017"), "--out", str(bank), "--min-size", "8", "--max-side", "16",
+                 "--karpathy-ref", str(karpathy), "--benchmarks-root", str(tmp_path / "no_benchmarks")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["objects"] == 2 and report["excluded"]["karpathy_test"] == 1
+    assert sorted(p.name for p in bank.glob("*.png")) == ["dog_501.png", "traffic_light_500.png"]
+    assert json.loads((bank / "coco_ids.json").read_text()) == {"dog_501.png": 101, "traffic_light_500.png": 100}
+    assert main(["stitch", "--bank", str(bank), "--out", str(tmp_path / "lr"), "--n", "4", "--canvas", "32"]) == 0
+    capsys.readouterr()
+    assert all(s.meta["coco_ids"] == [100, 101] and "coco_id" not in s.meta for s in samples(tmp_path / "lr"))
+    assert read_image_ids(tmp_path / "lr") == {100, 101}

@@ -3,26 +3,35 @@
 A checkpoint `step-0000120` in `<run_dir>/checkpoints/` is:
 
     step-0000120.pt, step-0000120.json   `models.save_checkpoint`: weights + CheckpointMeta sidecar
-    step-0000120.state/                  `accelerator.save_state`: model, optimiser, scheduler,
-                                         grad scaler, RNG of every rank, and `TrainState`
-                                         (step, epoch, data position of every rank's streams)
+    step-0000120.state/                  `accelerator.save_state`: model, optimiser, grad scaler,
+                                         RNG of every rank; and `trainer_state.json` (written here):
+                                         `TrainState` (step, epoch, data position of every rank's
+                                         streams) and the learning-rate scheduler's state
     latest, best                         pointer files (a checkpoint's .pt name)
 
-The state folder is written under a temporary name and renamed when every rank is done; then
-the weights and sidecar are written atomically and only then the pointers move, so a kill at any
-moment leaves `latest` naming a complete checkpoint. An epoch's checkpoint is written before its
-evaluation; `record_metrics` then puts the metrics into its sidecar and moves `best`, and a
-resumed run reads them back from the sidecars (`recorded_metrics`). The last `keep_last` checkpoints are kept,
-plus the one `best` names.
+Weights whose values are not all finite are never written: `save` counts them first and stops the
+run (`RunFault` naming the step and the count), the pointers staying on the previous checkpoint.
+The state folder is written under a temporary name and renamed when every rank is done (its files
+given the mode `open()` would give them); then the weights and sidecar are written atomically and
+only then the pointers move, so a kill at any moment leaves `latest` naming a complete checkpoint.
+An epoch's checkpoint is written before its evaluation; `record_metrics` then puts the metrics into
+its sidecar and moves `best`, and a resumed run reads them back from the sidecars
+(`recorded_metrics`). The last `keep_last` checkpoints are kept, plus the one `best` names.
 
 Faults: before writing, the free space is compared with the size of the last checkpoint; a write
 that fails for want of space (ENOSPC anywhere in the error's chain, or a failed write with the disk
 nearly full: torch's own message never says so) becomes `RunFault("no space left on device writing
 <path>")`, the half-written state is removed and the pointers stay on the previous checkpoint.
-On resume (`find_resume`) a checkpoint is checked before it is loaded (weights and state files
-readable, sidecar valid); with `resume: auto` an unreadable `latest` falls back to the newest
-readable earlier checkpoint with a note (the unreadable ones are moved into `checkpoints/corrupt/`);
-otherwise the file is named in an `InputError`.
+On resume (`find_resume`) a checkpoint is checked before it is loaded (`checkpoint_problem`: weights
+readable and finite, sidecar valid, every torch file of the state folder loadable by
+`trainer.safe_load` — torch's weights-only unpickler, so a file that would run code on loading is
+refused unread — accelerate's RNG states of the expected shape, the trainer state valid JSON); with
+`resume: auto` an unusable `latest` falls back to the newest usable earlier checkpoint with a note
+(the unusable ones are moved into `checkpoints/corrupt/`); otherwise the file is named in an
+`InputError`. `restore` reads the trainer state as JSON (or, from a state folder of the earlier
+format, accelerate's `custom_checkpoint_<i>.pkl` through `safe_load`; accelerate, which would
+unpickle those with `weights_only=False`, is then shown the folder without them), makes a DeepSpeed
+engine read its files through `safe_load`, and lets accelerate load the rest.
 """
 from __future__ import annotations
 
@@ -32,19 +41,25 @@ import os
 import re
 import shutil
 import struct
+import tempfile
 import zipfile
-from dataclasses import asdict, dataclass, field
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
-from accelerate.utils import gather_object
+import torch
+from accelerate.utils import broadcast_object_list, gather_object
 
 from compclip.cli import InputError, RunFault, one_line
-from models.checkpoint import (CheckpointMeta, CheckpointNotFound, atomic_write, latest_checkpoint, read_meta,
-                               resolve_checkpoint, save_checkpoint, sidecar_path)
+from models.checkpoint import (CheckpointMeta, CheckpointNotFound, atomic_write, default_mode, latest_checkpoint,
+                               read_meta, resolve_checkpoint, save_checkpoint, sidecar_path)
+from trainer import safe_load
 
 NAME = re.compile(r"^step-(\d+)\.pt$")
 LOW_SPACE = 64 << 20  # a failed write with less free space than this is taken as a full disk
+STATE_FILE = "trainer_state.json"  # in the state folder: TrainState and the scheduler's state
+TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")  # pickled files in a state folder (torch.save)
 
 
 @dataclass
@@ -58,26 +73,94 @@ class TrainState:
     layout: dict = field(default_factory=dict)  # {"world_size", "workers"}: what the positions mean
     best: Optional[float] = None
     metrics: dict = field(default_factory=dict)  # latest eval metrics
+    recipe_changes: list = field(default_factory=list)  # accepted on resume (checkpoint.allow_recipe_change)
 
     def state_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def load_state_dict(self, data: dict[str, Any]) -> None:
+        known = {f.name for f in fields(self)}
         for key, value in data.items():
-            setattr(self, key, value)
+            if key in known:
+                setattr(self, key, value)
 
 
 def state_dir(checkpoint: Path) -> Path:
     return checkpoint.with_suffix(".state")
 
 
-def save(accelerator, ckpt_dir: Path, model, state: TrainState, local_streams: dict,
+def count_non_finite(state_dict: dict) -> int:
+    """Values of the floating-point tensors of a state dict that are NaN or infinite."""
+    return sum(int((~torch.isfinite(v)).sum()) for v in state_dict.values()
+               if isinstance(v, torch.Tensor) and v.is_floating_point())
+
+
+def refuse_non_finite(accelerator, model, ckpt_dir: Path, path: Path, step: int) -> None:
+    """Collective: stop (RunFault, every rank) before weights with NaN / inf values are written."""
+    bad = None
+    if accelerator.is_main_process:
+        bad = count_non_finite(accelerator.unwrap_model(model).state_dict())
+    if accelerator.num_processes > 1:
+        bad = broadcast_object_list([bad])[0]
+    if bad:
+        advice = ("to continue from it with a lower optim.lr, rerun with checkpoint.resume=auto "
+                  "checkpoint.allow_recipe_change=true")
+        raise RunFault(f"not writing checkpoint {path.name}: the weights hold {bad:,} non-finite value(s) at step "
+                       f"{step} (training diverged); {kept(ckpt_dir, advice)}")
+
+
+def write_state(folder: Path, state: TrainState, scheduler) -> None:
+    """`trainer_state.json` of a state folder: the TrainState and the scheduler's state, as JSON."""
+    data = {"train_state": state.state_dict(), "scheduler": scheduler.state_dict()}
+    atomic_write(folder / STATE_FILE, lambda f: json.dump(data, f, indent=1), "w")
+
+
+def read_state(folder: Path) -> dict:
+    """{"train_state", "scheduler"} of a state folder: `trainer_state.json`, or in the earlier format
+    accelerate's custom_checkpoint_0.pkl (scheduler) and _1.pkl (TrainState) read by `safe_load`.
+    ValueError naming the file when neither is usable."""
+    path = folder / STATE_FILE
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, OSError) as err:
+            raise ValueError(f"{path} is not valid JSON ({err})") from None
+        if not (isinstance(data, dict) and isinstance(data.get("train_state"), dict)
+                and isinstance(data.get("scheduler"), dict)):
+            raise ValueError(f"{path} lacks its 'train_state' / 'scheduler' objects")
+        return data
+    earlier = [folder / f"custom_checkpoint_{i}.pkl" for i in (0, 1)]
+    if not all(p.is_file() for p in earlier):
+        raise ValueError(f"{path} (the trainer state) is missing")
+    parts = []
+    for part in earlier:
+        value = safe_load.load(part)
+        if not isinstance(value, dict):
+            raise ValueError(f"{part} holds no state dict")
+        parts.append(value)
+    return {"scheduler": parts[0], "train_state": parts[1]}
+
+
+def honour_umask(folder: Path) -> None:
+    """Give every file under `folder` the mode `open()` would (safetensors writes 0600); a file
+    this process may not change (another user's) is left as it is."""
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            try:
+                os.chmod(path, default_mode(executable=bool(path.stat().st_mode & 0o100)))
+            except PermissionError:
+                pass
+
+
+def save(accelerator, ckpt_dir: Path, model, scheduler, state: TrainState, local_streams: dict,
          meta: CheckpointMeta, is_best: bool, keep_last: int) -> Path:
-    """Collective: every rank calls it. Returns the checkpoint's .pt path."""
+    """Collective: every rank calls it. Returns the checkpoint's .pt path. Weights with non-finite
+    values are not written (`refuse_non_finite`)."""
     name = f"step-{state.step:07d}"
-    state.streams = {rank: s for rank, s in gather_object([(accelerator.process_index, local_streams)])}
     final, tmp = ckpt_dir / f"{name}.state", ckpt_dir / f".{name}.state.tmp"
     path = ckpt_dir / f"{name}.pt"
+    refuse_non_finite(accelerator, model, ckpt_dir, path, state.step)
+    state.streams = {rank: s for rank, s in gather_object([(accelerator.process_index, local_streams)])}
     if accelerator.is_main_process:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -90,6 +173,12 @@ def save(accelerator, ckpt_dir: Path, model, state: TrainState, local_streams: d
         raise write_fault(err, final) from err
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
+        try:
+            write_state(tmp, state, scheduler)
+            honour_umask(tmp)
+        except Exception as err:  # noqa: BLE001
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise write_fault(err, final) from err
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         pointers = ("latest", "best") if is_best else ("latest",)
@@ -122,7 +211,7 @@ def check_space(ckpt_dir: Path, path: Path) -> None:
     if free < need:
         raise RunFault(f"no space left on device writing {path}: {free / 2**20:.0f} MiB free, the last "
                        f"checkpoint took {need / 2**20:.0f} MiB; free space or move logging.output_dir "
-                       f"(the previous checkpoint {ckpt_dir / last} is intact; rerun with checkpoint.resume=auto)")
+                       f"({kept(ckpt_dir)})")
 
 
 def no_space(err: BaseException, where: Path) -> bool:
@@ -146,11 +235,20 @@ def no_space(err: BaseException, where: Path) -> bool:
         return False
 
 
+def kept(ckpt_dir: Path, advice: str = "rerun with checkpoint.resume=auto") -> str:
+    """What a failed or refused checkpoint leaves: the previous one (named, with `advice`), or none."""
+    last = latest_name(ckpt_dir)
+    if last and (ckpt_dir / last).is_file():
+        return f"the previous checkpoint {ckpt_dir / last} is intact; {advice}"
+    return "no checkpoint was written before this one, so a rerun starts from the beginning"
+
+
 def write_fault(err: BaseException, path: Path) -> RunFault:
-    kept = "the previous checkpoint is intact; rerun with checkpoint.resume=auto"
+    ckpt_dir = path.parent
     if no_space(err, path):
-        return RunFault(f"no space left on device writing {path}; free space or move logging.output_dir ({kept})")
-    return RunFault(f"writing checkpoint {path} failed: {one_line(err)} ({kept})")
+        return RunFault(f"no space left on device writing {path}; free space or move logging.output_dir "
+                        f"({kept(ckpt_dir)})")
+    return RunFault(f"writing checkpoint {path} failed: {one_line(err)} ({kept(ckpt_dir)})")
 
 
 def latest_name(ckpt_dir: Path, pointer: str = "latest") -> Optional[str]:
@@ -224,6 +322,40 @@ def recorded_metrics(checkpoint: Path, best_metric: Optional[str]) -> tuple[dict
     return metrics, best_value
 
 
+def resume_candidate(resume: Optional[str], run_dir: Path) -> Optional[Path]:
+    """The checkpoint `checkpoint.resume` names, read-only (pre-flight: no fallback, and None when
+    it cannot be found; the run itself then says why)."""
+    if resume is None:
+        return None
+    try:
+        if resume == "auto":
+            folder = run_dir / "checkpoints"
+            return latest_checkpoint(folder) if folder.is_dir() else None
+        return resolve_checkpoint(resume)
+    except (ValueError, OSError):
+        return None
+
+
+def check_recipe(checkpoint: Path, recipe) -> dict:
+    """The training keys (`trainer.recipe.TRAINING_KEYS`) whose value in the recipe recorded in the
+    checkpoint's sidecar differs from `recipe`'s, as {key: [old, new]}. Any such change is an
+    InputError naming every one, unless `checkpoint.allow_recipe_change`."""
+    from trainer.recipe import describe_changes, recipe_to_dict, training_changes
+    try:
+        meta = read_meta(checkpoint)
+    except ValueError:
+        return {}  # a damaged sidecar: checkpoint_problem names it
+    if meta is None or not meta.recipe:
+        return {}
+    changes = training_changes(meta.recipe, recipe_to_dict(recipe))
+    if changes and not recipe.checkpoint.allow_recipe_change:
+        raise InputError(f"checkpoint.resume: {checkpoint} was trained with another recipe: "
+                         f"{describe_changes(changes)}; resume with the values it was trained with, set "
+                         f"checkpoint.allow_recipe_change=true to continue with the new ones (recorded in the "
+                         f"checkpoints' sidecars), or start over with checkpoint.resume=null checkpoint.overwrite=true")
+    return {key: [old, new] for key, (old, new) in changes.items()}
+
+
 def _torch_file_problem(path: Path) -> Optional[str]:
     """Why a torch.save file cannot be read (a zip archive whose directory is intact), or None."""
     if not path.is_file():
@@ -251,9 +383,49 @@ def _safetensors_problem(path: Path) -> Optional[str]:
     return None
 
 
+def _weights_problem(checkpoint: Path) -> Optional[str]:
+    """Why the weights file is no resume point: not plain data, or values that are NaN / infinite."""
+    try:
+        data = safe_load.load(checkpoint, map_location="cpu", mmap=True)
+    except (safe_load.UnsafeFile, OSError) as err:
+        return str(err)
+    weights = data.get("state_dict", data) if isinstance(data, dict) else None
+    if not isinstance(weights, dict):
+        return f"{checkpoint} holds no state dict"
+    bad = count_non_finite(weights)
+    return f"{checkpoint} holds {bad:,} non-finite weight value(s)" if bad else None
+
+
+def _rng_problem(path: Path) -> Optional[str]:
+    """accelerate's `random_states_<rank>.pkl` (which it would skip silently if it did not load):
+    plain data of the shape it writes."""
+    try:
+        data = safe_load.load(path, map_location="cpu")
+    except (safe_load.UnsafeFile, OSError) as err:
+        return str(err)
+    if not (isinstance(data, dict) and isinstance(data.get("random_state"), tuple)
+            and isinstance(data.get("numpy_random_seed"), tuple)
+            and isinstance(data.get("torch_manual_seed"), torch.Tensor)):
+        return f"{path} is not accelerate's RNG state (random_state, numpy_random_seed, torch_manual_seed)"
+    return None
+
+
+def _state_file_problem(path: Path) -> Optional[str]:
+    if path.suffix in TORCH_SUFFIXES:
+        problem = _torch_file_problem(path)
+        if problem:
+            return problem
+        return _rng_problem(path) if path.name.startswith("random_states_") else safe_load.problem(path)
+    if path.suffix == ".safetensors":
+        return _safetensors_problem(path)
+    return f"{path} is empty" if path.stat().st_size == 0 else None
+
+
 def checkpoint_problem(checkpoint: Path) -> Optional[str]:
-    """Why a checkpoint cannot be resumed from (naming the file), or None. Structural checks only:
-    the weights and every state file readable as an archive, the sidecar valid JSON."""
+    """Why a checkpoint cannot be resumed from (naming the file), or None: the weights readable
+    and finite, the sidecar valid JSON, every torch file of the state folder readable by
+    `safe_load` (nothing in it is run), the RNG states of accelerate's shape, the trainer state
+    valid (`read_state`), the safetensors headers consistent with the file sizes."""
     problem = _torch_file_problem(checkpoint)
     if problem:
         return problem
@@ -262,19 +434,21 @@ def checkpoint_problem(checkpoint: Path) -> Optional[str]:
             return f"{sidecar_path(checkpoint)} is missing"
     except (ValueError, TypeError) as err:
         return str(err)
+    problem = _weights_problem(checkpoint)
+    if problem:
+        return problem
     folder = state_dir(checkpoint)
     files = sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
     if not files:
         return f"{folder} (the training state) is missing or empty"
     for path in files:
-        if path.suffix in (".bin", ".pt", ".pth"):
-            problem = _torch_file_problem(path)
-        elif path.suffix == ".safetensors":
-            problem = _safetensors_problem(path)
-        else:
-            problem = f"{path} is empty" if path.stat().st_size == 0 else None
+        problem = _state_file_problem(path)
         if problem:
             return problem
+    try:
+        read_state(folder)
+    except (ValueError, OSError) as err:
+        return str(err)
     return None
 
 
@@ -297,9 +471,10 @@ def _set_aside(checkpoints: list[Path]) -> None:
 
 def find_resume(resume: Optional[str], run_dir: Path, note: Optional[Callable[[str], None]] = None) -> Optional[Path]:
     """Main process: the checkpoint to resume from. `auto`: this run's `latest` (None if the run has
-    no checkpoint); an unreadable one falls back to the newest readable earlier checkpoint, with a
-    note, and the unreadable newer ones move into `checkpoints/corrupt/`. A run folder /
-    checkpoints folder / checkpoint file: that one, which must be readable (InputError naming the file)."""
+    no checkpoint); an unusable one (`checkpoint_problem`) falls back to the newest usable earlier
+    checkpoint, with a note, and the unusable newer ones move into `checkpoints/corrupt/`. A run
+    folder / checkpoints folder / checkpoint file: that one, which must be usable (InputError naming
+    the file)."""
     if resume is None:
         return None
     if resume == "auto":
@@ -323,12 +498,12 @@ def find_resume(resume: Optional[str], run_dir: Path, note: Optional[Callable[[s
                     atomic_write(folder / "latest", lambda f: f.write(ckpt.name + "\n"), "w")
                     first = problems[0] if problems else f"{folder / 'latest'} names {named}, which is missing"
                     if note:
-                        note(f"checkpoint unreadable: {first}; resuming from {ckpt.name} instead "
+                        note(f"checkpoint unusable: {first}; resuming from {ckpt.name} instead "
                              f"(newer checkpoints moved to {folder / 'corrupt'})")
                 return ckpt
             problems.append(problem)
         first = problems[0] if problems else f"{folder / 'latest'} names {named}, which is missing"
-        raise InputError(f"cannot resume {run_dir}: {first}, and no earlier readable checkpoint; "
+        raise InputError(f"cannot resume {run_dir}: {first}, and no earlier usable checkpoint; "
                          f"start over with checkpoint.resume=null checkpoint.overwrite=true")
     try:
         found = resolve_checkpoint(resume)
@@ -341,12 +516,37 @@ def find_resume(resume: Optional[str], run_dir: Path, note: Optional[Callable[[s
     return found
 
 
-def restore(accelerator, checkpoint: Path, state: TrainState) -> dict:
-    """Load everything registered with the accelerator; returns this rank's stream positions."""
+@contextmanager
+def _accelerate_view(folder: Path) -> Iterator[Path]:
+    """The folder `accelerator.load_state` reads: the state folder itself, or, when it holds files
+    named custom_checkpoint_<i>.pkl (the earlier format: `read_state` reads them safely; accelerate
+    would unpickle them with weights_only=False), a temporary folder of links to everything else."""
+    custom = set(folder.glob("custom_checkpoint_*.pkl"))
+    if not custom:
+        yield folder
+        return
+    with tempfile.TemporaryDirectory(prefix="compclip-resume-") as view:
+        for entry in folder.iterdir():
+            if entry not in custom:
+                os.symlink(entry.resolve(), Path(view) / entry.name)
+        yield Path(view)
+
+
+def restore(accelerator, checkpoint: Path, model, scheduler, state: TrainState) -> dict:
+    """Load the model, optimiser and RNG states (accelerate; a DeepSpeed engine reading through
+    `safe_load`), the scheduler's and the trainer's state (`read_state`); returns this rank's
+    stream positions."""
+    folder = state_dir(checkpoint)
     try:
-        accelerator.load_state(str(state_dir(checkpoint)))
-    except Exception as err:  # noqa: BLE001 -- a damaged file the structural check missed
-        raise InputError(f"cannot resume from {state_dir(checkpoint)}: {one_line(err)}; delete that checkpoint "
+        saved = read_state(folder)
+        safe_load.guard_deepspeed(model)
+        with _accelerate_view(folder) as where:
+            accelerator.load_state(str(where))
+        known = scheduler.state_dict()
+        scheduler.load_state_dict({k: v for k, v in saved["scheduler"].items() if k in known})
+        state.load_state_dict(saved["train_state"])
+    except Exception as err:  # noqa: BLE001 -- a damaged file the checks missed
+        raise InputError(f"cannot resume from {folder}: {one_line(err)}; delete that checkpoint "
                          f"(an earlier one is then used) or start over with checkpoint.overwrite=true") from err
     streams = state.streams.get(accelerator.process_index, state.streams.get(str(accelerator.process_index), {}))
     return dict(streams)

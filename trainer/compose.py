@@ -16,9 +16,12 @@
   through `keys.tsv`; a neighbour without one has none). Anchors and partners with too few
   negatives get padding columns (`text_valid=False`).
 
-Images: with `draft_size`, a JPEG much larger than the model's input is decoded at a reduced size
-(PIL `draft`, scales 1/2 to 1/8, never below `draft_size` on either side) before the transform;
-the transform may return uint8 tensors (normalised later on the device, `trainer.transforms`).
+Images: one above PIL's decompression-bomb limit (`Image.MAX_IMAGE_PIXELS`, the limit
+`datagen.imageio.decode_image` refuses above) is a `BadSample`, found from its header before any
+pixel is decoded. With `draft_size`, a JPEG much larger than the model's input is decoded at a
+reduced size (PIL `draft`, scales 1/2 to 1/8, never below `draft_size` on either side) before the
+transform; the transform may return uint8 tensors (normalised later on the device,
+`trainer.transforms`).
 
 `Composer.collate(items)` lays out B items as the contract says: images `[anchors | partners]`,
 texts `[captions | partner captions | anchor negatives | partner negatives]`, B x `per_image`
@@ -40,6 +43,7 @@ import hashlib
 import io
 import json
 import random
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -93,6 +97,20 @@ def draw_by_subkind(pool: list[Negative], k: int, rng: random.Random) -> list[st
     return chosen
 
 
+def open_image(data: bytes, what: str) -> Image.Image:
+    """The image's header, pixels not decoded yet; BadSample when it cannot be read or is above
+    PIL's decompression-bomb limit (`Image.MAX_IMAGE_PIXELS`, which `datagen.imageio.decode_image`
+    turns into an error the same way)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            return Image.open(io.BytesIO(data))
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError) as err:
+        raise BadSample(f"{what}: image too large, not decoded ({err}); datagen refuses it too") from None
+    except Exception as err:  # PIL raises many types for corrupt data
+        raise BadSample(f"{what}: cannot decode image ({type(err).__name__}: {err})") from None
+
+
 @dataclass
 class Item:
     key: str
@@ -131,8 +149,8 @@ class Composer:
 
     # --- one sample ---------------------------------------------------------------------------
     def _image(self, data: bytes, rng: random.Random, what: str) -> torch.Tensor:
+        image = open_image(data, what)
         try:
-            image = Image.open(io.BytesIO(data))
             if self.draft_size and image.format == "JPEG":  # DCT-domain downscale: less to decode
                 image.draft("RGB", (self.draft_size, self.draft_size))
             image.load()
@@ -210,11 +228,8 @@ class Composer:
         """One composed sample; `with_partner=False` for anchors past the first P of a batch."""
         try:
             sample = ShardSample.from_wds(raw)
-        except SchemaError as err:
+        except SchemaError as err:  # a text member that is not UTF-8 included: it names the member
             raise BadSample(str(err)) from None
-        except UnicodeDecodeError as err:  # a caption member that is not UTF-8
-            where = f"sample '{raw.get('__key__', '?')}'" + (f" in {raw['__url__']}" if "__url__" in raw else "")
-            raise BadSample(f"{where}: a text member is not UTF-8 ({err})") from None
         where = f"sample '{sample.key}'" + (f" in {raw['__url__']}" if "__url__" in raw else "")
         item = Item(sample.key, self._image(sample.image, rng, where), sample.caption)
         source_image = image_key(sample.meta, sample.key)

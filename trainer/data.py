@@ -441,7 +441,10 @@ def next_iteration(stream) -> tuple[int, range]:
 def make_loader(stream, workers: int, seed: int, epoch: int = 0, persistent: bool = False) -> DataLoader:
     """A DataLoader over the streams; its own generator keeps the global torch RNG untouched.
     `persistent`: workers live across epochs (iterate the same loader once per epoch). Batches are
-    pinned when a GPU is there, so the host-to-device copy can overlap compute."""
+    pinned when a GPU is there, so the host-to-device copy can overlap compute. Workers ignore the
+    stop signals (`trainer.stopsignals`): the main process acts on them."""
+    from trainer.stopsignals import ignore_in_worker
     return DataLoader(stream, batch_size=None, num_workers=workers, pin_memory=torch.cuda.is_available(),
                       persistent_workers=persistent and workers > 0,
+                      worker_init_fn=ignore_in_worker if workers else None,
                       generator=torch.Generator().manual_seed(seed * 1000 + epoch))

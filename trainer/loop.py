@@ -3,19 +3,29 @@ validated recipe, resumes, and runs the loop (module docstring of `trainer/train
 
 Set-up order: the run folder's lock (`trainer.runlock`, taken by the main process and the outcome
 broadcast, so every rank stops with the same one line); model, optimiser, schedule, streams; the
-checkpoint to resume from (chosen by the main process, `checkpointing.find_resume`, broadcast)
-and its state; the monitor (which drops what a killed run logged after the resumed step).
+checkpoint to resume from (chosen by the main process, `checkpointing.find_resume`, broadcast;
+its recipe compared with this one, `checkpointing.check_recipe`) and its state; the monitor (which
+drops what a killed run logged after the resumed step). `recipe.precision` fp16 / bf16 runs as fp32
+without a GPU (a note says so; the sidecars record what ran).
 
 Checkpoints: every epoch end, every `checkpoint.every_n_steps`, and when `checkpoint.every_minutes`
 have passed since the last one, by the main process's clock, broadcast each step so every rank
 takes part in the same (collective) save.
+
+Stop signals (`trainer.stopsignals`: SIGTERM, SIGUSR1): at every step boundary the ranks agree
+through an all-reduce whether any of them received one; if so, every rank takes part in a
+checkpoint of that step (an epoch's last step: the epoch's checkpoint, its evaluation left to the
+rerun) and `Stopped` is raised. Collectives wait at most `distributed.timeout_minutes`; a rank
+that waited longer raises, and `collective_timeout_message` turns that into one line.
 """
 from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Optional
 
@@ -23,32 +33,69 @@ import torch
 
 from compclip.cli import InputError, note
 from models import CheckpointMeta, load_model
-from trainer import checkpointing, evaluation, runlock, streams
+from trainer import checkpointing, evaluation, runlock, stopsignals, streams
 from trainer.data import make_loader
 from trainer.loss import ContrastiveLoss, Layout
 from trainer.monitor import Monitor, memory_mb
 from trainer.optim import build_optimizer, build_scheduler
-from trainer.recipe import Recipe, RecipeError, check_best_metric, recipe_to_dict
+from trainer.recipe import Recipe, RecipeError, check_best_metric, describe_changes, recipe_to_dict
 from trainer.transforms import split_normalize
 
-PAUSE_ENV = "COMPCLIP_TEST_PAUSE_AT_STEP"  # tests only: sleep forever after this step (SIGKILL test)
+PAUSE_ENV = "COMPCLIP_TEST_PAUSE_AT_STEP"  # tests only: sleep after this step until a stop signal (SIGKILL test)
+OPTIMIZER_SETTINGS = ("lr", "initial_lr", "betas", "eps", "weight_decay")  # what a recipe sets per group
 
 
 class TrainingError(RuntimeError):
     """A fault that stops the run (non-finite loss); the message is one line."""
 
 
+class Stopped(Exception):
+    """The run stopped on a stop signal after writing the checkpoint of `step`; the message is the
+    line to print."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
+
+
+_GLOO_TIMEOUT = re.compile(r"Timed out waiting \d+ms for (send|recv) operation")
+
+
+def collective_timed_out(err: BaseException) -> bool:
+    """A collective gave up waiting for another rank: gloo's `Timed out waiting <N>ms for recv
+    operation` (a RuntimeError), or torch's DistBackendError saying it timed out."""
+    import torch.distributed as dist
+    text = str(err)
+    if isinstance(err, getattr(dist, "DistBackendError", ())) and "timed out" in text.lower():
+        return True
+    return isinstance(err, RuntimeError) and bool(_GLOO_TIMEOUT.search(text))
+
+
+def collective_timeout_message(recipe: Recipe, rank: int) -> str:
+    minutes = recipe.distributed.timeout_minutes
+    return (f"rank {rank}: a collective timed out after {minutes:g} min (another rank stalled or died); "
+            f"rerun with checkpoint.resume=auto to continue from the last checkpoint; if a rank legitimately "
+            f"works alone longer (an evaluation on rank 0), raise distributed.timeout_minutes")
+
+
 def using_deepspeed() -> bool:
     return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+
+
+def ran_precision(recipe: Recipe) -> str:
+    """The precision training runs in: the recipe's on a GPU; fp32 on CPU (mixed precision is used
+    on a GPU only)."""
+    return recipe.precision if torch.cuda.is_available() else "fp32"
 
 
 def make_accelerator(recipe: Recipe):
     from accelerate import Accelerator
     from accelerate.utils import InitProcessGroupKwargs
     gpu = torch.cuda.is_available()
-    precision = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[recipe.precision] if gpu else "no"
+    precision = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[ran_precision(recipe)]
     multi = int(os.environ.get("WORLD_SIZE", "1")) > 1 or using_deepspeed()
-    handlers = [InitProcessGroupKwargs(backend="gloo")] if multi and not gpu else []
+    timeout = timedelta(minutes=recipe.distributed.timeout_minutes)  # every collective waits at most this
+    handlers = [InitProcessGroupKwargs(backend="nccl" if gpu else "gloo", timeout=timeout)] if multi else []
     # the recipe owns accumulation; a launcher config may export "auto", which Accelerator cannot parse
     os.environ["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"] = str(recipe.optim.accum_steps)
     # on CPU: DDP needs cpu=True (else a gloo allgather length error); DeepSpeed needs it off
@@ -90,11 +137,12 @@ def clock() -> float:
 
 
 def pause(step: int) -> None:
-    """Tests only (`COMPCLIP_TEST_PAUSE_AT_STEP`): sleep forever after `step`; the SIGKILL tests kill
-    the run here, in-process tests replace this function to stop the run."""
+    """Tests only (`COMPCLIP_TEST_PAUSE_AT_STEP`): sleep after `step` until a stop signal arrives
+    (the run then stops at this step); the SIGKILL tests kill the run here, in-process tests replace
+    this function to stop the run."""
     print(f"paused at step {step}", file=sys.stderr, flush=True)
-    while True:
-        time.sleep(1)
+    while not stopsignals.received():
+        time.sleep(0.2)
 
 
 def from_main(accelerator, value):
@@ -115,6 +163,10 @@ class Trainer:
         self.recipe, self.sources, self.val_sources = recipe, sources, val_sources
         self.overlap = overlap or {}  # benchmark -> training images in it (eval.allow_overlap)
         self.acc = make_accelerator(recipe)
+        self.precision = ran_precision(recipe)
+        if self.precision != recipe.precision:
+            say(self.acc, f"note: precision={recipe.precision} runs as fp32 on CPU (the trainer uses mixed precision "
+                          f"on a GPU only); the checkpoints' sidecars record precision: fp32")
         set_seed(recipe.seed)
         self.run_dir = run_dir(recipe)
         self.ckpt_dir = self.run_dir / "checkpoints"
@@ -195,7 +247,6 @@ class Trainer:
             self.data_layout["source_batch"] = d.source_batch
         if d.sampling == "exact":
             self.data_layout["sampling"] = "exact"
-        self.acc.register_for_checkpointing(self.scheduler, self.state)
         self.local_streams: dict = {}
         if recipe.checkpoint.overwrite and recipe.checkpoint.resume is None:
             checkpointing.clear_run(self.run_dir, self.acc)
@@ -206,23 +257,34 @@ class Trainer:
         self.best_metric_checked = False
 
     def _resume(self) -> bool:
-        """Restore the checkpoint the recipe asks for (chosen on the main process, an unreadable
-        `latest` falling back to an earlier one); returns whether its evaluation is still to do."""
+        """Restore the checkpoint the recipe asks for (chosen on the main process, an unusable
+        `latest` falling back to an earlier one; a changed training key refused unless
+        `checkpoint.allow_recipe_change`, which then takes the new optimiser settings and records the
+        changes); returns whether its evaluation is still to do."""
         r = self.recipe
-        found, problem = None, None
+        found, problem, changes = None, None, {}
         if self.acc.is_main_process:
             try:
                 found = checkpointing.find_resume(r.checkpoint.resume, self.run_dir, note=note)
+                changes = checkpointing.check_recipe(found, r) if found else {}
             except InputError as err:
                 problem = str(err)
-        found, problem = from_main(self.acc, (str(found) if found else None, problem))
+        found, problem, changes = from_main(self.acc, (str(found) if found else None, problem, changes))
         if problem:
             raise InputError(problem)
         pending_eval = False
         if found is not None:
             resume = Path(found)
-            self.local_streams = checkpointing.restore(self.acc, resume, self.state)
+            settings = self._optimizer_settings()
+            self.local_streams = checkpointing.restore(self.acc, resume, self.model, self.scheduler, self.state)
             say(self.acc, f"resumed from {resume} (step {self.state.step}, epoch {self.state.epoch})")
+            if changes:
+                self._take_optimizer_settings(settings)
+                self.state.recipe_changes = list(self.state.recipe_changes) + [
+                    {"step": self.state.step, "changes": changes}]
+                say(self.acc, f"note: resuming with a changed recipe (checkpoint.allow_recipe_change): "
+                              f"{describe_changes({k: tuple(v) for k, v in changes.items()})}; recorded in the "
+                              f"checkpoints' sidecars (recipe_changes)")
             self.state.metrics, self.state.best = checkpointing.recorded_metrics(resume, r.checkpoint.best_metric)
             # killed between an epoch's checkpoint and its evaluation: evaluate it now
             pending_eval = self.state.batch_in_epoch == 0 and self.state.step > 0 and not self.state.metrics
@@ -231,6 +293,23 @@ class Trainer:
                               "the rest of this epoch is drawn from fresh streams (data order differs)")
                 self.local_streams = {}
         return pending_eval
+
+    def _optimizer_settings(self) -> list[dict]:
+        """The recipe's AdamW settings of each parameter group, as built (before a resume loads the saved ones)."""
+        return [{k: v for k, v in group.items() if k in OPTIMIZER_SETTINGS} for group in self.optimizer.param_groups]
+
+    def _take_optimizer_settings(self, settings: list[dict]) -> None:
+        """After a resume with `checkpoint.allow_recipe_change`: this recipe's lr, betas, eps and weight
+        decay replace the saved ones (the optimiser's moments stay), and the schedule continues from
+        the restored step with this recipe's lr."""
+        for group, built in zip(self.optimizer.param_groups, settings):
+            group.update({k: v for k, v in built.items() if k != "lr"})
+        self.scheduler.base_lrs = [built["initial_lr"] for built in settings]
+        step = self.scheduler.last_epoch
+        lrs = [base * factor(step) for base, factor in zip(self.scheduler.base_lrs, self.scheduler.lr_lambdas)]
+        for group, lr in zip(self.optimizer.param_groups, lrs):
+            group["lr"] = lr
+        self.scheduler._last_lr = lrs
 
     # --- one optimiser step ---------------------------------------------------------------------
     def step(self, batches, details: bool = False):
@@ -352,10 +431,37 @@ class Trainer:
         meta = CheckpointMeta(arch=info.arch, activation=info.activation, lineage=info.lineage,
                               pretrained=self.recipe.model.pretrained, step=self.state.step,
                               epoch=self.state.epoch, recipe=recipe_to_dict(self.recipe),
-                              overlap=dict(self.overlap))
-        checkpointing.save(self.acc, self.ckpt_dir, self.model, self.state, self.local_streams, meta,
-                           False, self.recipe.checkpoint.keep_last)
+                              overlap=dict(self.overlap), precision=self.precision,
+                              recipe_changes=list(self.state.recipe_changes))
+        checkpointing.save(self.acc, self.ckpt_dir, self.model, self.scheduler, self.state, self.local_streams,
+                           meta, False, self.recipe.checkpoint.keep_last)
         self.last_checkpoint_time = clock()
+        self.saved_step = self.state.step
+
+    def stop_agreed(self) -> int:
+        """The stop signal every rank acts on at this step boundary: the largest signal number any
+        rank received (an all-reduce each step: a signal may reach some ranks only, or reach them at
+        different steps), 0 when none did."""
+        received = stopsignals.received()
+        if self.acc.num_processes > 1:
+            import torch.distributed as dist
+            flag = torch.tensor([received], device=self.acc.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            received = int(flag.item())
+        return received
+
+    def stop(self, signum: int) -> None:
+        """Checkpoint this step (unless it has one already), close the logs, name the checkpoints on
+        stdout (as a finished run does) and raise `Stopped`."""
+        if self.saved_step != self.state.step:
+            self.checkpoint()
+        self.monitor.close()
+        self.acc.end_training()
+        self.report_checkpoints()
+        latest = self.ckpt_dir / (checkpointing.latest_name(self.ckpt_dir) or "?")
+        raise Stopped(f"stopped by {stopsignals.name(signum)} at step {self.state.step} (epoch "
+                      f"{self.state.epoch}); checkpoint {latest}; rerun the same command to continue",
+                      self.state.step)
 
     def checkpoint_due(self) -> bool:
         """`checkpoint.every_minutes` passed since the last checkpoint, by the main process's clock
@@ -390,6 +496,7 @@ class Trainer:
         r = self.recipe
         pending_eval = self.pending_eval
         self.last_checkpoint_time = clock()
+        self.saved_step, stop = None, 0
         self.state.layout = self.data_layout
         if self.acc.is_main_process:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -437,9 +544,14 @@ class Trainer:
                     self.record_metrics()
                 if pause_at and self.state.step == pause_at:
                     pause(pause_at)
+                stop = self.stop_agreed()
+                if stop and mid_epoch:
+                    self.stop(stop)
             self.monitor.end_epoch()
             self.state.epoch, self.state.batch_in_epoch, self.local_streams = epoch + 1, 0, {}
             self.checkpoint()  # before evaluation: a crash in an evaluation loses no training
+            if stop:  # the rerun evaluates this epoch first (pending_eval)
+                self.stop(stop)
             if r.eval.every_epoch:
                 self.evaluate()
                 self.record_metrics()

@@ -5,10 +5,15 @@ command-line overrides, and validates the result into `Recipe` (pydantic models 
 unknown keys and do not coerce types). Any problem raises `RecipeError`, whose message is one line
 naming the file, the key and, for a near-miss typo, the key that was probably meant.
 The reference of every key lives in docs/recipes.md.
+
+`TRAINING_KEYS` are the keys that change what is trained; a resume compares them with the
+checkpoint's recipe (`training_changes`) and refuses a change unless `checkpoint.allow_recipe_change`.
+`FREE_KEYS` are all the others (logging, evaluation, checkpoint timing, loader workers, validation).
 """
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
@@ -161,6 +166,11 @@ class CheckpointConfig(_Section):
     best_mode: Literal["max", "min"] = "max"
     resume: Optional[str] = None  # "auto", a run folder, or null
     overwrite: bool = False  # start over in a run folder that already holds checkpoints
+    allow_recipe_change: bool = False  # resume although TRAINING_KEYS differ from the checkpoint's recipe (recorded)
+
+
+class DistributedConfig(_Section):
+    timeout_minutes: float = Field(default=30.0, gt=0)  # a collective waiting longer is an error on every rank
 
 
 class Recipe(_Section):
@@ -176,6 +186,7 @@ class Recipe(_Section):
     eval: EvalConfig = EvalConfig()
     logging: LoggingConfig = LoggingConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    distributed: DistributedConfig = DistributedConfig()
 
     @model_validator(mode="after")
     def _partner_negatives_need_neighbours(self) -> "Recipe":
@@ -332,3 +343,77 @@ def check_best_metric(recipe: Recipe, produced: Optional[list[str]] = None) -> N
 def recipe_to_dict(recipe: Recipe) -> dict:
     """Plain data form of a recipe, as stored in checkpoint metadata and run folders."""
     return recipe.model_dump(mode="json")
+
+
+# --- what a resume may change ------------------------------------------------------------------
+
+# Keys whose value changes what is trained (a section name stands for every key in it). A resume
+# whose recipe differs from the checkpoint's in any of them is refused unless
+# checkpoint.allow_recipe_change (trainer.loop; docs/trainer.md, "Reruns, crashes and faults").
+TRAINING_KEYS = (
+    "seed", "precision",
+    "model.arch", "model.pretrained", "model.activation", "model.lineage", "model.freeze_image", "model.freeze_text",
+    "data.train_shards", "data.source_weights", "data.source_batch", "data.sampling", "data.samples_per_epoch",
+    "data.visit_each_negative", "data.batch_size", "data.partner", "data.partners_per_batch",
+    "data.train_transform", "data.jpeg_draft", "data.shuffle_buffer", "data.val_fraction",
+    "negatives", "loss", "optim", "schedule",
+)
+# Keys that leave the training itself as it was: they may change on resume, silently.
+FREE_KEYS = (
+    "name", "model.grad_checkpointing", "model.compile",
+    "data.workers", "data.max_bad_fraction", "data.val_shards", "data.val_batches", "data.allow_incomplete",
+    "eval", "logging", "checkpoint", "distributed",
+)
+
+
+def _under(key: str, names: tuple[str, ...]) -> bool:
+    return any(key == n or key.startswith(n + ".") for n in names)
+
+
+def is_training_key(key: str) -> bool:
+    """Whether a dotted recipe key changes what is trained (a key in neither list counts as one)."""
+    return _under(key, TRAINING_KEYS) or not _under(key, FREE_KEYS)
+
+
+def _leaves(data: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(data, dict):
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def _default(key: str) -> Any:
+    """The value a recipe gets for `key` when it does not set it (None for a required or unknown key)."""
+    model: Any = Recipe
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        fields = model.model_fields if isinstance(model, type) and issubclass(model, BaseModel) else {}
+        if part not in fields:
+            return None
+        info = fields[part]
+        if i == len(parts) - 1:
+            return None if info.is_required() else info.get_default(call_default_factory=True)
+        model = info.annotation
+    return None
+
+
+def training_changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
+    """{key: (old value, new value)} for every training key that differs between two recipes in
+    plain data form (`recipe_to_dict`); a key one of them lacks (a recipe written before the key
+    existed) counts as its default (null for a key without one)."""
+    a, b = _leaves(old), _leaves(new)
+    changes = {}
+    for key in sorted(set(a) | set(b)):
+        if not is_training_key(key):
+            continue
+        before, after = a.get(key, _default(key)), b.get(key, _default(key))
+        if before != after:
+            changes[key] = (before, after)
+    return changes
+
+
+def describe_changes(changes: dict[str, tuple[Any, Any]]) -> str:
+    """`optim.lr 0.001 -> 0.002, data.batch_size 8 -> 16` (values as JSON)."""
+    return ", ".join(f"{key} {json.dumps(old)} -> {json.dumps(new)}" for key, (old, new) in changes.items())

@@ -4,22 +4,29 @@ The lock file holds JSON `{"pid", "host", "started", "slurm_job"}` and is create
 the main process (global rank 0) before anything in the folder changes. A second run in the same
 folder is refused with one line naming the holder. A lock left behind by a run that died (a
 SIGKILL, a node crash) is taken over with a note when its owner is provably gone: a process of
-this host whose pid no longer runs (or runs a different, later-started program), or the same SLURM
-job (a requeued job starts on any node). A lock of another host is never guessed stale: the
-message says to remove the file once that run is known to be dead. The lock is removed when
-the run ends, whatever the outcome. A lock of this very process (a second `Trainer` built in one
-process, as tests do) is simply taken again.
+this host whose pid no longer runs (or runs a different, later-started program), the same SLURM
+job (a requeued job starts on any node), or, for a process itself under SLURM (`SLURM_JOB_ID`
+set), another SLURM job that SLURM says is no longer running (`slurm_job_state`: squeue no longer
+lists it, or lists it as ended). A lock of another host is otherwise never guessed stale (nor when
+squeue cannot be asked): the message says to remove the file once that run is known to be dead.
+The lock is removed when the run ends, whatever the outcome. A lock of this very process (a second
+`Trainer` built in one process, as tests do) is simply taken again.
 """
 from __future__ import annotations
 
 import json
 import os
 import socket
+import subprocess
 import time
 from pathlib import Path
 from typing import Optional
 
 LOCK_NAME = "run.lock"
+# squeue's states of a job whose processes are gone; any other (RUNNING, COMPLETING, PENDING,
+# SUSPENDED, REQUEUED, ...) may still touch the run folder or be about to
+ENDED_STATES = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
+                "PREEMPTED", "TIMEOUT"}
 
 
 class RunLocked(Exception):
@@ -65,13 +72,41 @@ def describe(info: dict) -> str:
     return f"pid {info.get('pid', '?')} on {info.get('host', '?')}, started {when}{job}"
 
 
+def slurm_job_state(job: str) -> Optional[str]:
+    """SLURM's state of job `job` as `squeue -h -j JOB -o %T` prints it ("RUNNING", "COMPLETED",
+    ...); "" when SLURM no longer knows the job (squeue: invalid job id); None when SLURM cannot be
+    asked (no squeue, or it failed otherwise)."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True, text=True,
+                             timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return "" if "invalid job id" in out.stderr.lower() else None
+    states = out.stdout.split()
+    return states[0].upper() if states else ""
+
+
+def _other_slurm_job_ended(info: dict) -> Optional[str]:
+    """For a process under SLURM: why the lock's (other) SLURM job is known to have ended, or None."""
+    job = info.get("slurm_job")
+    if not os.environ.get("SLURM_JOB_ID") or not job:
+        return None
+    state = slurm_job_state(str(job))
+    if state == "":
+        return f"SLURM job {job} no longer runs (squeue no longer lists it)"
+    if state in ENDED_STATES:
+        return f"SLURM job {job} no longer runs (squeue: {state})"
+    return None
+
+
 def stale_reason(info: dict) -> Optional[str]:
     """Why a lock's owner is known to be gone, or None when it may still run."""
     job = os.environ.get("SLURM_JOB_ID")
     if job and info.get("slurm_job") == job and info.get("pid") != os.getpid():
         return f"it is this SLURM job's ({job}) earlier attempt"
     if info.get("host") != socket.gethostname():
-        return None
+        return _other_slurm_job_ended(info)
     pid = info.get("pid")
     if not isinstance(pid, int):
         return None

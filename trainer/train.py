@@ -5,23 +5,30 @@ Runs single-process, multi-process DDP (NCCL on GPU, gloo on CPU) and DeepSpeed 
 the same code; the launcher decides which. Order of work:
 
 1. pre-flight (`preflight`, also `--check` alone): recipe + overrides validated; the model's
-   architecture and pretrained weights exist; training and validation shard sets found, finished
+   architecture and pretrained weights exist (an open_clip tag's cached, or fetchable when not
+   offline); training and validation shard sets found, finished
    (`data.allow_incomplete`) and checked against the recipe (partners, negatives; with
    `negatives.rules`, negatives made by those rules); the evaluation data of every benchmark
    present; no training image in an evaluation set (unless `eval.allow_overlap`);
    `checkpoint.best_metric` names a metric the run produces; the run folder writable, not in use
    by another run (`run.lock`) and free of another run's checkpoints (unless resuming or
-   `checkpoint.overwrite`). Any problem -> one line on stderr, exit 2, before any model is built.
+   `checkpoint.overwrite`); the checkpoint a resume starts from trained with this recipe's values
+   of the training keys (unless `checkpoint.allow_recipe_change`). Any problem -> one line on
+   stderr, exit 2, before any model is built.
    A warning line (no exit) when more than 1 % of the negative columns would be padding, as
    estimated on each source's first 1,000 samples;
-2. model, optimiser, schedule, data streams; resume from the latest readable checkpoint if asked
+2. model, optimiser, schedule, data streams; resume from the latest usable checkpoint if asked
    (`trainer.loop.Trainer`);
 3. steps: compose -> forward -> global masked InfoNCE -> backward -> clip -> AdamW -> schedule ->
    logit-scale clamp; logging, evals and checkpoints as the recipe says (epoch ends, every N
    steps, every M minutes). At the end of an epoch the checkpoint is written first, then
    validation and the benchmarks run (their metrics printed on stderr), then `best` moves;
-4. a non-finite loss, too much bad data or a failed checkpoint write (disk full) stops the run:
-   one line, exit 3. The last lines on stdout name the last and the best checkpoint.
+4. a non-finite loss, non-finite weights at a checkpoint (not written), too much bad data, a
+   failed checkpoint write (disk full) or a collective that waited longer than
+   `distributed.timeout_minutes` for another rank stops the run: one line, exit 3. SIGTERM or
+   SIGUSR1 (`trainer.stopsignals`) stops it at the next step boundary, every rank, after a
+   checkpoint of that step: `stopped by SIGTERM at step N ...`, exit 75. The last lines on stdout
+   name the last and the best checkpoint.
 
 Nothing heavy is imported before the arguments are parsed (`--help` answers at once).
 `accelerate launch` itself always exits 1 when its script fails (its launcher does not pass the
@@ -69,17 +76,23 @@ def run_dir(recipe) -> Path:
 
 def check_model(recipe) -> None:
     """`model.arch` is a known architecture and `model.pretrained` readable weights or one of its tags
-    (`models.load.resolve_model`: nothing is built; a compclip checkpoint's sidecar must agree)."""
-    from models.load import ArchitectureMismatch, UnknownArchitecture, resolve_model
+    (`models.load.resolve_model`: nothing is built; a compclip checkpoint's sidecar must agree), a
+    tag's weights in the local cache or fetchable (`models.load.tag_weights_problem`)."""
+    from models.load import ArchitectureMismatch, UnknownArchitecture, resolve_model, tag_weights_problem
     from trainer.recipe import RecipeError
     m = recipe.model
     try:
-        resolve_model(m.arch, m.pretrained)
+        arch, weights = resolve_model(m.arch, m.pretrained)
     except (UnknownArchitecture, ArchitectureMismatch) as err:
         raise RecipeError(f"model.arch '{m.arch}': {cli.one_line(err)}".replace(
             "leave the architecture out", "set model.arch=null")) from None
     except (ValueError, LookupError, OSError) as err:
         raise RecipeError(f"model.pretrained '{m.pretrained}': {cli.describe(err)}") from None
+    problem = tag_weights_problem(arch, weights) if weights and not os.path.isfile(weights) else None
+    if problem:
+        raise RecipeError(f"model.pretrained '{m.pretrained}': the weights of open_clip tag '{weights}' of {arch} "
+                          f"are not available: {problem}; fetch them once where the hub is reachable (open_clip "
+                          f"caches them), or give a local weights file: model.pretrained=/path/to/weights.pt")
 
 
 def check_writable(folder: Path) -> None:
@@ -152,6 +165,9 @@ def preflight(recipe):
     if c.resume is None and not c.overwrite and checkpointing.existing_checkpoints(folder):
         raise RecipeError(f"{folder / 'checkpoints'} already holds checkpoints of another run; "
                           f"continue it with checkpoint.resume=auto, or start over with checkpoint.overwrite=true")
+    candidate = checkpointing.resume_candidate(c.resume, folder)
+    if candidate is not None:  # the training keys of its recipe must be this one's (allow_recipe_change)
+        checkpointing.check_recipe(candidate, recipe)
     if os.environ.get("RANK", "0") == "0":  # every check passed: warnings only
         warn_padding(recipe, sources)
     return sources, val_sources, overlap
@@ -170,20 +186,41 @@ def build_parser():
 
 
 def _train(args) -> int:
-    from trainer.data import DataError
     from trainer.recipe import load_recipe
     recipe = load_recipe(args.recipe, args.overrides)
     sources, val_sources, overlap = preflight(recipe)
     if args.check:
         print(f"{args.recipe}: pre-flight checks passed", file=sys.stderr)
         return 0
-    from trainer.loop import Trainer, TrainingError
+    from trainer import stopsignals
+    previous = stopsignals.install()
+    try:
+        return _fit(recipe, sources, val_sources, overlap)
+    except RuntimeError as err:
+        from trainer.loop import collective_timed_out, collective_timeout_message
+        if not collective_timed_out(err):
+            raise
+        rank = int(os.environ.get("RANK", "0"))
+        raise cli.RunFault(collective_timeout_message(recipe, rank)) from err
+    finally:
+        stopsignals.restore(previous)
+
+
+def _fit(recipe, sources, val_sources, overlap) -> int:
+    """Build the `Trainer` and run it; 0 when done, 75 when stopped by a signal after a checkpoint."""
+    from trainer.data import DataError
+    from trainer.loop import Stopped, Trainer, TrainingError
+    from trainer.stopsignals import EXIT_STOPPED
     try:
         trainer = Trainer(recipe, sources, val_sources, overlap)
     except DataError as err:
         raise DataError(one_line(err)) from err
     try:
         trainer.fit()
+    except Stopped as stop:
+        if trainer.acc.is_main_process:
+            print(stop, file=sys.stderr, flush=True)
+        return EXIT_STOPPED
     except (TrainingError, DataError) as err:  # found during the run: a fault, exit 3
         raise cli.RunFault(one_line(err)) from err
     finally:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
-from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, runtime_checkable
 
 from datagen.schema import SUBKINDS, Negative
 
@@ -74,31 +74,36 @@ class Coverage:
     sub-kinds, so a kind's coverage is at least its best sub-kind's and at most the sum of its
     sub-kinds'. `kinds` ((kind, subkind) pairs, e.g. the generator's selection) are reported even
     when no caption gets one of them (0.0), so a rule that never fires shows.
+
+    The counts live in `counts` (a `Counter`, given or new) under keys `coverage:captions`,
+    `coverage:any`, `coverage:subkind:<kind>:<subkind>` and `coverage:kind:<kind>`, so counts of
+    several runs or shards add up (`Counter.update`) and `report` works on their sum.
     """
 
-    def __init__(self, kinds: Iterable[tuple[str, str]] = ()):
-        self.captions = 0
-        self.any = 0
-        self.subkind: Counter[str] = Counter()
-        self.kind: Counter[str] = Counter()
-        for kind, subkind in kinds:
-            self.subkind[f"{kind}:{subkind}"] += 0
-            self.kind[kind] += 0
+    def __init__(self, kinds: Iterable[tuple[str, str]] = (), counts: Optional[Counter] = None):
+        self.counts: Counter[str] = Counter() if counts is None else counts
+        self.kinds = [(kind, subkind) for kind, subkind in kinds]
 
     def add(self, negatives: Sequence[Any]) -> None:
-        self.captions += 1
-        self.any += bool(negatives)
-        self.subkind.update({f"{n.kind}:{n.subkind}" for n in negatives})
-        self.kind.update({n.kind for n in negatives})
+        counts = self.counts
+        counts["coverage:captions"] += 1
+        if negatives:
+            counts["coverage:any"] += 1
+        counts.update({f"coverage:subkind:{n.kind}:{n.subkind}" for n in negatives})
+        counts.update({f"coverage:kind:{n.kind}" for n in negatives})
 
     def update(self, per_caption: Iterable[Sequence[Any]]) -> "Coverage":
         for negs in per_caption:
             self.add(negs)
         return self
 
+    def _shares(self, prefix: str, listed: Iterable[str], n: int, digits: int) -> dict[str, float]:
+        found = {k[len(prefix):]: v for k, v in self.counts.items() if k.startswith(prefix)}
+        return {k: round(found.get(k, 0) / n, digits) for k in sorted(set(found) | set(listed))}
+
     def report(self, digits: int = 4) -> dict[str, Any]:
         """`{"coverage": {kind:subkind: share}, "coverage_kind": {kind: share}, "coverage_any"}`."""
-        n = max(self.captions, 1)
-        return {"coverage": {k: round(v / n, digits) for k, v in sorted(self.subkind.items())},
-                "coverage_kind": {k: round(v / n, digits) for k, v in sorted(self.kind.items())},
-                "coverage_any": round(self.any / n, digits)}
+        n = max(self.counts["coverage:captions"], 1)
+        return {"coverage": self._shares("coverage:subkind:", (f"{k}:{s}" for k, s in self.kinds), n, digits),
+                "coverage_kind": self._shares("coverage:kind:", (k for k, _ in self.kinds), n, digits),
+                "coverage_any": round(self.counts["coverage:any"] / n, digits)}

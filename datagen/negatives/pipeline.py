@@ -14,13 +14,21 @@
    through `ShardSetWriter`; a killed run resumes after the last complete shard (`inputs_done`
    items are skipped, not re-parsed) and produces byte-identical shards. Shard inputs are
    copied member by member (images are never decoded) with `neg.json` added; rule negatives
-   already there are replaced, others kept.
+   already there are replaced, others kept. The run holds the output folder's lock
+   (`datagen.outlock`) from its first write to its end, and records the input's fingerprint
+   in the manifest (`datagen.shards.pin_inputs`): a resume whose input file or shard set
+   changed since the set started is refused in one line before anything is written. A
+   complete set is returned as it is, without writing to it.
 4. Empty, non-English and over-long captions are skipped and counted (the negclip rules skip
    only empty ones): text inputs record them in the manifest's `skipped`, shard inputs keep the
    sample without negatives. With `require_negative`, a caption that gets no negative is left
    out too (`no_negative`), as NegCLIP's script dropped such captions.
    The manifest records the rule set and spaCy model (`features.rules`, `features.spacy_model`)
    and the samples by their number of negatives (`negatives_per_sample`, per shard and in all).
+   Each shard also records its captions' counts (`counts`: captions, skip reasons, negatives
+   and coverage counts per kind:subkind); the closing report `negatives_stats.json` is their
+   sum over every shard, so after a resume it covers the whole set, the killed run's shards
+   included (its speed, `captions_per_s`, is this run's).
 5. With `images` (a `datagen.prepare.imagefiles.ImageFiles`), each text item's image file
    (`meta["image_path"]` under the images root) is attached as the sample's image, bytes as they
    are on disk. A missing or unreadable file stops the run with an error naming the file and the
@@ -58,7 +66,9 @@ from datagen.negatives.text import view
 from datagen.negatives.vocab import Vocabulary
 from datagen.prepare.imagefiles import SKIP_CORRUPT, SKIP_MISSING, MissingImage
 from datagen.schema import Negative, ShardSample
-from datagen.shards import MANIFEST, ShardSetWriter, check_features, read_manifest
+from datagen.outlock import hold
+from datagen.shards import (INPUTS_KEY, MANIFEST, ShardSetWriter, check_features, check_inputs,
+                            grouped, pin_inputs, read_manifest, summed_counts)
 
 VOCAB_FILE = "vocab.json"
 GC_THRESHOLD = 200_000  # new objects between two passes of the cyclic collector (Python: 700)
@@ -200,82 +210,87 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
         raise InputError(f"{input_path}: no captions (empty input)")
     vocab_file = out_dir / VOCAB_FILE
     if (out_dir / MANIFEST).is_file():  # a set made with other options is refused before anything is written
-        check_features(read_manifest(out_dir), features, out_dir / MANIFEST)
+        manifest = read_manifest(out_dir)
+        check_features(manifest, features, out_dir / MANIFEST)
+        if manifest.get("complete"):  # reused as it is: nothing is written (it may be read-only)
+            check_inputs(manifest.get(INPUTS_KEY) or {}, [input_path], out_dir)
+            return {"manifest": manifest, "stats": _read_stats(out_dir), "resumed_from": None}
     # a given vocabulary is read before anything is written: a bad file leaves no --out behind
     vocab = Vocabulary.from_json(vocab_path) if vocab_path and not vocab_file.is_file() else None
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if not os.access(out_dir, os.W_OK):  # found before the vocabulary pass, not after it
-        raise PermissionError(13, "Permission denied", str(out_dir))
-    parsed: list = []  # a fresh run parses the vocabulary sample once: the inline pass reuses it
-    # mined or read here: the inline pass uses it as is (what vocab.json holds)
-    if rules != "compclip":
-        vocab, vocab_file = None, None
-    elif not vocab_file.is_file():
-        if vocab is None:
-            vocab = build_vocabulary(items(), vocab_sample, max_words, parsed if workers <= 1 else None,
-                                     spacy_model)
-        vocab.to_json(vocab_file)
+    with hold(out_dir):
+        pin_inputs(out_dir, [input_path])  # a resume reading an edited input is refused here
+        if not os.access(out_dir, os.W_OK):  # found before the vocabulary pass, not after it
+            raise PermissionError(13, "Permission denied", str(out_dir))
+        parsed: list = []  # a fresh run parses the vocabulary sample once: the inline pass reuses it
+        # mined or read here: the inline pass uses it as is (what vocab.json holds)
+        if rules != "compclip":
+            vocab, vocab_file = None, None
+        elif not vocab_file.is_file():
+            if vocab is None:
+                vocab = build_vocabulary(items(), vocab_sample, max_words,
+                                         parsed if workers <= 1 else None, spacy_model)
+            vocab.to_json(vocab_file)
+        kinds_selected = select_kinds(kinds, rules)
+        writer = ShardSetWriter(out_dir, max_count=shard_size, features=features, order=order)
+        done = writer.inputs_done
+        todo = islice(items(), done, None)
+        run: Counter[str] = Counter()  # this run's counts; the writer keeps each shard's
+        bar = _progress(progress, done, _total(input_path, permuted if permute else None, limit))
+        t0 = time.perf_counter()
 
-    writer = ShardSetWriter(out_dir, max_count=shard_size, features=features, order=order)
-    if writer.manifest.get("complete"):
-        return {"manifest": writer.manifest, "stats": _read_stats(out_dir), "resumed_from": None}
-    done = writer.inputs_done
-    todo = islice(items(), done, None)
-    stats: dict[str, Any] = {"captions": 0, "skipped": Counter(), "negatives": Counter(),
-                             "coverage": Coverage(select_kinds(kinds, rules))}
-    bar = _progress(progress, done, _total(input_path, permuted if permute else None, limit))
-    t0 = time.perf_counter()
+        def write(start: int, chunk: list[CaptionItem], results: list[Any]) -> None:
+            for item, res in zip(chunk, results):
+                if require_negative and res == []:
+                    res = "no_negative"
+                negs = res if isinstance(res, list) else []
+                sample = None
+                if item.raw is None and isinstance(res, list):
+                    sample = ShardSample(item.key, item.caption.strip(), meta=item.meta, negatives=negs)
+                    if images is not None:
+                        res = _attach_image(sample, item, images, skip_missing) or res
+                if not isinstance(res, list):
+                    negs = []
+                for counts in (run, writer.counts):  # before the sample: it may finish the shard
+                    _count(counts, negs, None if isinstance(res, list) else res)
+                if item.raw is not None and res != "no_negative":
+                    _copy_with_negatives(writer, item.raw, negs)
+                elif isinstance(res, list):
+                    writer.add(sample)
+                else:
+                    writer.skip(res)
+            if bar is not None:
+                bar.update(len(chunk))
 
-    def write(start: int, chunk: list[CaptionItem], results: list[Any]) -> None:
-        for item, res in zip(chunk, results):
-            stats["captions"] += 1
-            if require_negative and res == []:
-                res = "no_negative"
-            negs = res if isinstance(res, list) else []
-            sample = None
-            if item.raw is None and isinstance(res, list):
-                sample = ShardSample(item.key, item.caption.strip(), meta=item.meta, negatives=negs)
-                if images is not None:
-                    res = _attach_image(sample, item, images, skip_missing) or res
-            if not isinstance(res, list):
-                stats["skipped"][res] += 1
-                negs = []
-            _count(stats, negs)
-            if item.raw is not None and res != "no_negative":
-                _copy_with_negatives(writer, item.raw, negs)
-            elif isinstance(res, list):
-                writer.add(sample)
+        chunks = _chunks(todo, done, chunk_size)
+        if stop_after is not None:
+            chunks = _take_items(chunks, stop_after)
+        try:
+            if workers <= 1:
+                _init_worker(config, str(vocab_file) if vocab_file else None, seed, vocab)
+                for start, chunk in chunks:
+                    write(start, chunk, _work(start, [it.caption for it in chunk], parsed))
+                    if parsed and start + len(chunk) >= len(parsed):
+                        parsed = []  # past the vocabulary sample: free the parses
             else:
-                writer.skip(res)
-        if bar is not None:
-            bar.update(len(chunk))
-
-    chunks = _chunks(todo, done, chunk_size)
-    if stop_after is not None:
-        chunks = _take_items(chunks, stop_after)
-    try:
-        if workers <= 1:
-            _init_worker(config, str(vocab_file) if vocab_file else None, seed, vocab)
-            for start, chunk in chunks:
-                write(start, chunk, _work(start, [it.caption for it in chunk], parsed))
-                if parsed and start + len(chunk) >= len(parsed):
-                    parsed = []  # past the vocabulary sample: free the parses
-        else:
-            _run_pool(workers, config, str(vocab_file) if vocab_file else None, seed, chunks, write)
-    except BaseException as err:  # complete shards and the manifest stay; the partial one goes
-        writer.__exit__(type(err), err, None)
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-    elapsed = time.perf_counter() - t0
-    if stop_after is not None:  # simulated kill: complete shards stay, the partial one is dropped
-        writer.__exit__(RuntimeError, RuntimeError("stopped"), None)
-        return {"manifest": writer.manifest, "stats": _finish_stats(stats, elapsed), "resumed_from": done}
-    manifest = writer.close()
-    final = _finish_stats(stats, elapsed)
-    final["resumed_from"] = done
-    (out_dir / STATS_FILE).write_text(json.dumps(final, indent=1, sort_keys=True))
+                _run_pool(workers, config, str(vocab_file) if vocab_file else None, seed, chunks, write)
+        except BaseException as err:  # complete shards and the manifest stay; the partial one goes
+            writer.__exit__(type(err), err, None)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        elapsed = time.perf_counter() - t0
+        if stop_after is not None:  # simulated kill: complete shards stay, the partial one is dropped
+            writer.__exit__(RuntimeError, RuntimeError("stopped"), None)
+            return {"manifest": writer.manifest, "stats": _finish_stats(run, kinds_selected, elapsed),
+                    "resumed_from": done}
+        manifest = writer.close()
+        whole, unrecorded = summed_counts(manifest)
+        final = _finish_stats(whole, kinds_selected, elapsed, run["captions"])
+        if unrecorded:  # shards of an older version record no counts: the report leaves them out
+            final["shards_without_counts"] = unrecorded
+        final["resumed_from"] = done
+        (out_dir / STATS_FILE).write_text(json.dumps(final, indent=1, sort_keys=True))
     return {"manifest": manifest, "stats": final, "resumed_from": done}
 
 
@@ -353,21 +368,30 @@ def _take_items(chunks, n: int):
         yield start, chunk
 
 
-def _count(stats: dict[str, Any], negs: list[Negative]) -> None:
-    for n in negs:
-        stats["negatives"][f"{n.kind}:{n.subkind}"] += 1
-    stats["coverage"].add(negs)
+def _count(counts: Counter, negs: list[Negative], skipped: Optional[str] = None) -> None:
+    """Count one caption: `captions`, `skipped:<reason>`, `negatives:<kind>:<subkind>` and the
+    coverage counts (`datagen.negatives.base.Coverage`, keys `coverage:...`)."""
+    counts["captions"] += 1
+    if skipped:
+        counts[f"skipped:{skipped}"] += 1
+    counts.update(f"negatives:{n.kind}:{n.subkind}" for n in negs)
+    Coverage(counts=counts).add(negs)
 
 
-def _finish_stats(stats: dict[str, Any], elapsed: float) -> dict[str, Any]:
-    """The closing report (`negatives_stats.json`, printed by `generate`): counts per
-    kind:subkind, and coverage = share of this run's captions (skipped ones included) with at
+
+def _finish_stats(counts: Counter, kinds, elapsed: float,
+                  run_captions: Optional[int] = None) -> dict[str, Any]:
+    """The closing report (`negatives_stats.json`, printed by `generate`) from `_count`'s counts:
+    counts per kind:subkind, and coverage = share of the captions (skipped ones included) with at
     least one negative per kind:subkind (`coverage`), per kind, i.e. of any of its sub-kinds
-    (`coverage_kind`), and of any kind (`coverage_any`); see `datagen.negatives.base.Coverage`."""
-    return {"captions": stats["captions"], "seconds": round(elapsed, 3),
-            "captions_per_s": round(stats["captions"] / elapsed, 1) if elapsed > 0 else None,
-            "skipped": dict(stats["skipped"]), "negatives": dict(sorted(stats["negatives"].items())),
-            **stats["coverage"].report()}
+    (`coverage_kind`), and of any kind (`coverage_any`); see `datagen.negatives.base.Coverage`.
+    `kinds`: the (kind, subkind) pairs selected, reported at 0 when none fired. The speed is of
+    `run_captions` (this run's captions; default: all counted) over `elapsed`."""
+    run_captions = counts["captions"] if run_captions is None else run_captions
+    return {"captions": counts["captions"], "seconds": round(elapsed, 3),
+            "captions_per_s": round(run_captions / elapsed, 1) if elapsed > 0 else None,
+            "skipped": grouped(counts, "skipped:"), "negatives": grouped(counts, "negatives:"),
+            **Coverage(kinds, counts).report()}
 
 
 def _read_stats(out_dir: Path) -> dict[str, Any]:

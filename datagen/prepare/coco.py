@@ -22,8 +22,9 @@ Two existing stages, chained, nothing re-implemented:
    the manifest records `excluded` / `exclusion`, and `image_ids.txt` lists the COCO ids kept.
 2. With `knn=K`: `datagen.knn.run_knn` embeds the images of stage 1's set, finds each image's K
    nearest neighbours and writes the final set (`nn.json`, `keys.tsv`). Stage 1 then goes to
-   `base` (default `<out>_base`); a complete base set is reused as it is, so `base` may be an
-   earlier run's plain output made with the same options.
+   `base` (default `<out>_base`); a complete base set is reused as it is, read and never
+   written (it may be read-only), so `base` may be an earlier run's plain output made with the
+   same options (the command line compares the options and captions file it records).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from datagen.prepare.exclude import (DEFAULT_BENCHMARKS_ROOT, Exclusion, benchma
                                      pin_exclusion, sibling_val2017)
 from datagen.negatives.base import SPACY_MODEL
 from datagen.prepare.imagefiles import ImageFiles
-from datagen.shards import read_manifest, update_manifest
+from datagen.shards import is_complete, read_manifest, update_manifest
 
 
 def default_base(out_dir: str | Path) -> Path:
@@ -74,8 +75,12 @@ def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
     if knn and (Path(out_dir) / "manifest.json").is_file() and read_manifest(out_dir).get("complete"):
         _say(progress, f"prepare coco: {out_dir} is already complete")
         return read_manifest(out_dir)
-    images = ImageFiles(images_root, max_side)
     source = captions if captions is not None else karpathy
+    if knn and is_complete(stage1):  # reused as it is: read, never written (it may be read-only)
+        _say(progress, f"prepare coco: reusing the complete stage-1 set {stage1}")
+        return _neighbours(stage1, out_dir, knn, scorer_factory, shard_size, progress,
+                           knn_options, base)
+    images = ImageFiles(images_root, max_side)
     exclusion = benchmark_exclusion(
         benchmarks_root, karpathy=karpathy_ref or karpathy, keep=keep_benchmark_images,
         val2017=val2017 or sibling_val2017(source))
@@ -95,6 +100,12 @@ def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
     _report(progress, stage1, result["manifest"])
     if stop_after is not None or not knn:
         return result["manifest"]
+    return _neighbours(stage1, out_dir, knn, scorer_factory, shard_size, progress, knn_options, base)
+
+
+def _neighbours(stage1: Path, out_dir: str | Path, knn: int, scorer_factory, shard_size: int,
+                progress: bool, knn_options: Optional[dict], base) -> dict[str, Any]:
+    """Stage 2: the complete stage-1 set with its images' `knn` neighbours -> `out_dir`."""
     from datagen.knn import run_knn
     total = sum(s["samples"] for s in read_manifest(stage1)["shards"])
     _say(progress, f"prepare coco: {knn} nearest neighbours of {total} images -> {out_dir}")

@@ -10,6 +10,13 @@ cut out with its polygon as the alpha channel, shrunk to at most `max_side` pixe
 ("traffic_light_1234.png" -> "traffic light"). Files are written under a temporary name and
 renamed, and existing ones are kept, so a rerun continues an interrupted one. A missing or
 unreadable COCO image raises an error naming it, or with `skip_missing` is skipped and counted.
+
+Benchmark images are left out as `prepare coco` leaves them out (`datagen.prepare.exclude`, an
+`exclusion` given by the caller): no cut-out comes from a COCO image a scored benchmark uses
+(VISLA-Spatial, Karpathy test, ...). `coco_ids.json` in the bank maps each cut-out's file name to
+the COCO image it was cut from (written before the cut-outs, for every instance chosen), so
+stitched samples name their source images (`meta["coco_ids"]`, `datagen.stitch`) and the
+trainer's benchmark-overlap guard sees them.
 """
 from __future__ import annotations
 
@@ -24,7 +31,11 @@ from typing import Any, Optional
 from PIL import Image, ImageDraw
 
 from datagen.imageio import BadImage, load_image_file
+from datagen.prepare.exclude import Exclusion
 from datagen.prepare.imagefiles import MissingImage
+from models.checkpoint import atomic_write
+
+COCO_IDS = "coco_ids.json"  # cut-out file name -> COCO image id
 
 
 def _polygon_area(poly: list[float]) -> float:
@@ -33,10 +44,13 @@ def _polygon_area(poly: list[float]) -> float:
 
 
 def select_instances(data: dict, per_class: int, min_size: int, min_fill: float,
-                     seed: int) -> list[dict]:
-    """The annotations to cut out, grouped by image (each image is opened once)."""
+                     seed: int, exclusion: Optional[Exclusion] = None) -> list[dict]:
+    """The annotations to cut out, grouped by image (each image is opened once); none of an
+    image `exclusion` leaves out."""
     by_cat: dict[int, list[dict]] = defaultdict(list)
     for ann in data.get("annotations", []):
+        if exclusion is not None and not exclusion.keeps(ann.get("image_id")):
+            continue
         seg, (x, y, w, h) = ann.get("segmentation"), ann.get("bbox", (0, 0, 0, 0))
         if ann.get("iscrowd") or not isinstance(seg, list) or not seg or min(w, h) < min_size:
             continue
@@ -77,8 +91,10 @@ def file_stem(category: str) -> str:
 def write_coco_object_bank(instances: str | Path, images_root: str | Path, out_dir: str | Path,
                            per_class: int = 100, min_size: int = 48, min_fill: float = 0.3,
                            max_side: int = 128, seed: int = 0, skip_missing: bool = False,
-                           limit_images: Optional[int] = None, progress: bool = False) -> dict[str, Any]:
-    """Write the bank (see the module docstring); returns counts. `progress`: a bar on stderr
+                           limit_images: Optional[int] = None, progress: bool = False,
+                           exclusion: Optional[Exclusion] = None) -> dict[str, Any]:
+    """Write the bank (see the module docstring); returns counts, and with `exclusion` its record
+    (`excluded`, `exclusion`: images and annotations left out). `progress`: a bar on stderr
     (COCO images done of those holding a chosen instance)."""
     from compclip.cli import progress as bar_of
     instances, images_root, out_dir = Path(instances), Path(images_root), Path(out_dir)
@@ -89,10 +105,12 @@ def write_coco_object_bank(instances: str | Path, images_root: str | Path, out_d
     files = {img["id"]: img["file_name"] for img in data.get("images", [])}
     names = {c["id"]: c["name"] for c in data.get("categories", [])}
     out_dir.mkdir(parents=True, exist_ok=True)
-    chosen = select_instances(data, per_class, min_size, min_fill, seed)
+    chosen = select_instances(data, per_class, min_size, min_fill, seed, exclusion)
     by_image: dict[int, list[dict]] = defaultdict(list)
     for ann in chosen:
         by_image[ann["image_id"]].append(ann)
+    sources = {_file_name(a, names): a["image_id"] for a in chosen}
+    atomic_write(out_dir / COCO_IDS, lambda f: json.dump(dict(sorted(sources.items())), f, indent=0), "w")
     counts: Counter = Counter()
     todo_images = sorted(by_image.items())[:limit_images]
     with bar_of(total=len(todo_images), desc="cocobank", unit="image", quiet=not progress) as bar:
@@ -100,14 +118,23 @@ def write_coco_object_bank(instances: str | Path, images_root: str | Path, out_d
             _cut_image(image_id, anns, names, files, images_root, out_dir, max_side,
                        skip_missing, counts)
             bar.update(1)
+    record = {}
+    if exclusion is not None:
+        anns = data.get("annotations", [])
+        record = exclusion.manifest_keys({a["image_id"] for a in anns if "image_id" in a},
+                                         sum(not exclusion.keeps(a.get("image_id")) for a in anns))
     return {"out": str(out_dir), "objects": counts["written"] + counts["kept"],
-            "categories": len({a["category_id"] for a in chosen}), **dict(counts)}
+            "categories": len({a["category_id"] for a in chosen}), **dict(counts), **record}
+
+
+def _file_name(ann: dict, names: dict) -> str:
+    return f"{file_stem(names[ann['category_id']])}_{ann['id']}.png"
 
 
 def _cut_image(image_id: int, anns: list[dict], names: dict, files: dict, images_root: Path,
                out_dir: Path, max_side: int, skip_missing: bool, counts: Counter) -> None:
     """Write the cut-outs of one COCO image not written yet (counted in `counts`)."""
-    todo = [(a, out_dir / f"{file_stem(names[a['category_id']])}_{a['id']}.png") for a in anns]
+    todo = [(a, out_dir / _file_name(a, names)) for a in anns]
     todo = [(a, p) for a, p in todo if not p.exists()]
     counts["kept"] += len(anns) - len(todo)
     if not todo:

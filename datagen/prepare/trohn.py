@@ -11,7 +11,11 @@ Sources (Hugging Face dataset cards, read 2026; see docs/data_prep.md):
 
 `dataset` may be a hub id (`datasets.load_dataset(id, split=split)`), an already loaded
 `datasets.Dataset` / `DatasetDict`, a `save_to_disk` folder, a local clone of the hub repository,
-or a `.parquet` file. The anchor image is `<images_root>/<image_id>` (COCO train2017 is not in the
+or a `.parquet` file. A clone's or a `.parquet` file's rows are read from exactly the split's
+parquet files (`local_parquet_files`), never from a cache keyed by the folder's name; the local
+files a set is read from (parquet, or a `save_to_disk` folder's arrow files) go into the
+manifest's `inputs` with their sha256 (`datagen.shards.pin_inputs`), and a resume whose files
+changed is refused in one line. A git-lfs pointer file is refused naming it. The anchor image is `<images_root>/<image_id>` (COCO train2017 is not in the
 datasets). Neither dataset labels its negatives, so each gets a schema label from the
 dataset's `type` / `subtype` columns when it has them (BiVLC-style), else an inferred one
 (`datagen.prepare.labels`), or a fixed `kind:subkind` given by the caller.
@@ -29,7 +33,9 @@ given dataset revision. A missing COCO image or a missing negative image raises 
 naming the dataset row and image id, or with `skip_missing` is skipped and counted
 (`missing_image`, `corrupt_image`, `missing_negative_image`). Rows without a usable negative
 (empty, or equal to the caption after `normalise`) are skipped and counted (`no_negative`).
-The writer resumes after its last complete shard (units are skipped, not re-read).
+The writer resumes after its last complete shard (units are skipped, not re-read); each shard
+records its units' counts (`counts`), so `prepare_stats.json` (units, samples, skips, labels,
+dropped negatives) covers the whole set after a resume.
 
 Units (rows, or groups) are written in a seeded global order (`datagen.order.permutation` over
 the units kept, seed `seed`; read back by random access), so the captions and negatives of one
@@ -59,9 +65,10 @@ from datagen.negatives.base import normalise
 from datagen.prepare.imagefiles import (SKIP_CORRUPT, SKIP_MISSING, ImageFiles, MissingImage,
                                         image_bytes)
 from datagen.schema import SUBKINDS, Negative, Partner, SchemaError, ShardSample
-from datagen.shards import ShardSetWriter
+from datagen.shards import ShardSetWriter, grouped, pin_inputs, summed_counts
 
 REQUIRED = ("image_id", "caption", "negative_caption")
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"  # how a git-lfs pointer file starts
 STATS_FILE = "prepare_stats.json"
 
 
@@ -70,17 +77,24 @@ class RowError(ValueError):
 
 
 def load_rows(dataset: Any, split: str = "train", revision: Optional[str] = None):
-    """A `datasets.Dataset` from any of the forms listed in the module docstring."""
+    """A `datasets.Dataset` from any of the forms listed in the module docstring, and the local
+    files it was read from (parquet files, or a `save_to_disk` folder's arrow files; none for a
+    hub id or a loaded dataset). A local clone's or a `.parquet` file's rows are read from
+    exactly those files (`local_parquet_files`), never from a cache keyed by a folder name."""
     import datasets
+    files: list[Path] = []
     if isinstance(dataset, (datasets.Dataset, datasets.DatasetDict)):
         ds = dataset
     else:
         path = Path(str(dataset))
-        if path.is_file() and path.suffix == ".parquet":
-            ds = datasets.load_dataset("parquet", data_files=str(path), split="train")
-        elif path.is_dir() and any((path / f).is_file() for f in ("dataset_dict.json", "state.json")):
+        if path.is_dir() and any((path / f).is_file() for f in ("dataset_dict.json", "state.json")):
             ds = datasets.load_from_disk(str(path))
-        else:  # a hub id, or a local clone of the hub repository (README config + data/*.parquet)
+            parts = ds.values() if isinstance(ds, datasets.DatasetDict) else [ds]
+            files = sorted({Path(f["filename"]) for part in parts for f in part.cache_files})
+        elif path.exists():  # a .parquet file, or a local clone of the hub repository
+            files = local_parquet_files(path, split)
+            ds = datasets.load_dataset("parquet", data_files=[str(f) for f in files], split="train")
+        else:  # a hub id
             ds = datasets.load_dataset(str(dataset), split=split, revision=revision)
     if isinstance(ds, datasets.DatasetDict):
         if split not in ds:
@@ -91,7 +105,61 @@ def load_rows(dataset: Any, split: str = "train", revision: Optional[str] = None
         raise RowError(f"{dataset}: missing column(s) {', '.join(missing)} (has "
                        f"{', '.join(ds.column_names)}); expected TROHN-Text/-Img columns "
                        f"{', '.join(REQUIRED)}[, negative_image]")
-    return ds
+    return ds, files
+
+
+def local_parquet_files(path: Path, split: str) -> list[Path]:
+    """The parquet files of `split`: `path` itself when it is a file, else those of a local clone
+    of a hub dataset repository: the split's `data_files` in the README's `configs` (the
+    `default` config, or the first), or else the hub's default layout (`data/<split>-*`, ...,
+    as `datasets.data_files.get_data_patterns` finds them). A git-lfs pointer file (a clone made
+    without `git lfs pull`) is refused naming the file."""
+    if path.is_file():
+        files = [path]
+    else:
+        patterns = _readme_patterns(path, split)
+        if patterns is None:
+            from datasets.data_files import get_data_patterns
+            try:
+                patterns = get_data_patterns(str(path)).get(split, [])
+            except Exception:  # noqa: BLE001 -- datasets' EmptyDatasetError and kin: no data files
+                patterns = []
+        files = sorted({f for pattern in patterns for f in path.glob(pattern) if f.is_file()})
+        if not files:
+            raise RowError(f"{path}: no data files of split '{split}' in this folder; give a "
+                           "local clone of the dataset repository, a save_to_disk folder or a .parquet file")
+    for f in files:
+        if f.suffix != ".parquet":
+            raise RowError(f"{f}: not a .parquet file; prepare trohn reads a local clone's parquet files")
+        with open(f, "rb") as handle:
+            if handle.read(len(LFS_POINTER)) == LFS_POINTER:
+                raise RowError(f"{f}: a git-lfs pointer, not the data; run git lfs pull in the "
+                               "clone, then rerun")
+    return files
+
+
+def _readme_patterns(folder: Path, split: str) -> Optional[list[str]]:
+    """The `path` patterns of `split` in README.md's YAML `configs`, or None when it has none."""
+    readme = folder / "README.md"
+    if not readme.is_file():
+        return None
+    import yaml
+    text = readme.read_text(encoding="utf-8", errors="replace")
+    if not text.startswith("---"):
+        return None
+    try:
+        card = yaml.safe_load(text.split("---", 2)[1]) or {}
+    except (yaml.YAMLError, IndexError):
+        raise RowError(f"{readme}: its YAML header cannot be read") from None
+    configs = card.get("configs") if isinstance(card, dict) else None
+    if not configs:
+        return None
+    config = next((c for c in configs if c.get("config_name") == "default"), configs[0])
+    for entry in config.get("data_files") or []:
+        if isinstance(entry, dict) and entry.get("split") == split:
+            paths = entry.get("path")
+            return [paths] if isinstance(paths, str) else list(paths or [])
+    return []
 
 
 def image_file(image_id: Any) -> str:
@@ -183,7 +251,7 @@ def prepare_trohn(dataset: Any, out_dir: str | Path, images_root: str | Path, *,
     would (for tests of resume); `labeller` replaces `PairLabeller()` (for tests).
     """
     import datasets
-    ds = load_rows(dataset, split, revision)
+    ds, files = load_rows(dataset, split, revision)
     name = name or (str(dataset) if isinstance(dataset, (str, Path)) else "dataset")
     flavour = "img" if "negative_image" in ds.column_names else "text"
     if flavour == "img" and isinstance(ds.features.get("negative_image"), datasets.Image):
@@ -209,6 +277,7 @@ def prepare_trohn(dataset: Any, out_dir: str | Path, images_root: str | Path, *,
     features = {"negatives": f"trohn-{flavour}", "labels": mode, "images": True, "grouped": group}
     if flavour == "img":
         features["partner"] = "generated"
+    pin_inputs(out_dir, files)  # their sha256 in the manifest; a resume with other files is refused
     writer = ShardSetWriter(out_dir, max_count=shard_size, max_bytes=max_bytes, features=features,
                             order=shuffled_order(seed))
     if writer.manifest.get("complete"):
@@ -221,8 +290,7 @@ def prepare_trohn(dataset: Any, out_dir: str | Path, images_root: str | Path, *,
         print(f"prepare trohn: {exclusion.summary(excluded)}", file=sys.stderr)
     done = writer.inputs_done
     stop = total if stop_after is None else min(total, done + stop_after)
-    stats: dict[str, Any] = {"units": 0, "samples": 0, "skipped": Counter(), "labels": Counter(),
-                             "dropped_negatives": 0}
+    run: Counter[str] = Counter()  # this run's counts; the writer keeps each shard's (`_count`)
     bar = _progress(progress, done, total, f"trohn-{flavour}")
     prefix = f"trohn{flavour}"
     t0 = time.perf_counter()
@@ -235,13 +303,8 @@ def prepare_trohn(dataset: Any, out_dir: str | Path, images_root: str | Path, *,
             records = {r: {c: batch[c][i] for c in batch} for i, r in enumerate(flat)}
             labels = _labels(records, mode, label, labeller, name)
             for rows in unit_rows:
-                reason = _write_unit(writer, rows, records, labels, images, flavour, prefix, name,
-                                     split, mode, skip_missing, max_side, stats)
-                stats["units"] += 1
-                if reason:
-                    stats["skipped"][reason] += 1
-                else:
-                    stats["samples"] += 1
+                _write_unit(writer, rows, records, labels, images, flavour, prefix, name,
+                            split, mode, skip_missing, max_side, run)
             if bar is not None:
                 bar.update(len(unit_rows))
     except BaseException as err:  # complete shards and the manifest stay; the partial one goes
@@ -250,17 +313,24 @@ def prepare_trohn(dataset: Any, out_dir: str | Path, images_root: str | Path, *,
     finally:
         if bar is not None:
             bar.close()
-    stats.update(seconds=round(time.perf_counter() - t0, 3), resumed_from=done,
-                 skipped=dict(stats["skipped"]), labels=dict(sorted(stats["labels"].items())))
+    seconds = round(time.perf_counter() - t0, 3)
     if stop < total:  # simulated kill
         writer.__exit__(RuntimeError, RuntimeError("stopped"), None)
         return writer.manifest
     manifest = writer.close()
+    whole, unrecorded = summed_counts(manifest)
+    stats = {"units": whole["units"], "samples": whole["samples"],
+             "dropped_negatives": whole["dropped_negatives"],
+             "skipped": grouped(whole, "skipped:"), "labels": grouped(whole, "labels:"),
+             "seconds": seconds, "resumed_from": done}
+    if unrecorded:  # shards of an older version record no counts: the report leaves them out
+        stats["shards_without_counts"] = unrecorded
     (Path(out_dir) / STATS_FILE).write_text(json.dumps(stats, indent=1, sort_keys=True))
     if progress:
-        print(f"prepare trohn: {stats['samples']} samples written this run, skipped "
-              f"{stats['skipped'] or 'none'}", file=sys.stderr)
+        print(f"prepare trohn: {run['samples']} samples written this run, skipped "
+              f"{grouped(run, 'skipped:') or 'none'}", file=sys.stderr)
     return manifest
+
 
 
 def _labels(records: dict[int, dict], mode: str, label: str, labeller,
@@ -293,18 +363,21 @@ def _negative_text(rec: dict) -> str:
 def _write_unit(writer: ShardSetWriter, rows: list[int], records: dict[int, dict],
                 labels: dict[int, tuple[str, str]], images: ImageFiles, flavour: str, prefix: str,
                 name: str, split: str, mode: str, skip_missing: bool, max_side: Optional[int],
-                stats: dict) -> Optional[str]:
-    """Write one unit's sample; returns the skip reason when it wrote none."""
+                run: Counter) -> None:
+    """Write one unit's sample, or skip it, counting it (`units`, `samples` or
+    `skipped:<reason>`, `labels:<kind>:<subkind>`, `dropped_negatives`) in `run` and in the
+    writer's counts of its shard (`_count`)."""
     first = records[rows[0]]
     caption = str(first["caption"] or "").strip()
     image_id = first["image_id"]
     rel = image_file(image_id)
     where = f"{name} row {rows[0]}, image_id '{image_id}'"
     negatives, seen = [], set()
+    counts: Counter[str] = Counter({"units": 1})
     for r in rows:
         text = _negative_text(records[r])
         if not text:
-            stats["dropped_negatives"] += 1
+            counts["dropped_negatives"] += 1
             continue
         if text in seen:
             continue
@@ -312,18 +385,17 @@ def _write_unit(writer: ShardSetWriter, rows: list[int], records: dict[int, dict
         kind, sub = labels[r]
         negatives.append(Negative(text, kind, sub, f"trohn-{flavour}"))
     if not caption or not negatives:
-        writer.skip("no_negative")
-        return "no_negative"
+        _skip(writer, run, counts, "no_negative")
+        return
     try:
         image, ext = images.load(rel, where)
         partner = _partner(first, negatives[0].text, where, max_side) if flavour == "img" else None
     except (MissingImage, BadImage, RowError) as err:
         if not skip_missing:
             raise
-        reason = (SKIP_MISSING if isinstance(err, MissingImage) else
-                  "missing_negative_image" if isinstance(err, RowError) else SKIP_CORRUPT)
-        writer.skip(reason)
-        return reason
+        _skip(writer, run, counts, SKIP_MISSING if isinstance(err, MissingImage) else
+              "missing_negative_image" if isinstance(err, RowError) else SKIP_CORRUPT)
+        return
     meta = {"source": name, "split": split, "image_id": str(image_id), "image_path": rel,
             "negative_labels": mode}
     coco_id = coco_id_of_file(rel)
@@ -333,12 +405,26 @@ def _write_unit(writer: ShardSetWriter, rows: list[int], records: dict[int, dict
         meta["rows"] = rows
     else:
         meta["row"] = rows[0]
+    counts["samples"] += 1
+    counts.update(f"labels:{n.kind}:{n.subkind}" for n in negatives)
+    _count(writer, run, counts)
     try:
         writer.add(ShardSample(f"{prefix}{rows[0]:09d}", caption, image, ext, meta, negatives, partner))
     except SchemaError as err:
         raise RowError(f"{where}: {err}") from None
-    stats["labels"].update(f"{n.kind}:{n.subkind}" for n in negatives)
-    return None
+
+
+def _skip(writer: ShardSetWriter, run: Counter, counts: Counter, reason: str) -> None:
+    counts[f"skipped:{reason}"] += 1
+    _count(writer, run, counts)
+    writer.skip(reason)
+
+
+def _count(writer: ShardSetWriter, run: Counter, counts: Counter) -> None:
+    """Add a unit's counts to the run's and to the shard's it goes to (before it goes: its
+    sample may finish the shard)."""
+    run.update(counts)
+    writer.counts.update(counts)
 
 
 def _partner(rec: dict, caption: str, where: str, max_side: Optional[int]) -> Partner:

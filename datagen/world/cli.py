@@ -10,7 +10,9 @@ and every benchmark set.
     DIR/world.json              the arguments, counts and timings of the run (when done)
     DIR/build_options.json      the options that change the output (when it starts)
 
-Deterministic for a seed; an interrupted build resumes its shard sets where they stopped. The
+Deterministic for a seed; an interrupted build resumes its shard sets where they stopped. A
+build holds DIR's lock (`datagen.outlock`) while it runs: a second build into DIR is refused in
+one line naming the first. The
 options that change the output are recorded in DIR/build_options.json when a build starts; rerunning into
 DIR with another value of one is refused in one line. `world render CAPTION --out FILE` draws one
 caption of the grammar. Errors are one line (exit 2: bad input, 3: a fault during the run,
@@ -60,49 +62,51 @@ def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
     """Write everything for one seed under `out`; returns the run summary (also world.json).
     `shard_size`: samples per shard (`--max-count`)."""
     _check(train_size, size, partners, bench_scale, shard_size)
+    from datagen.outlock import hold
     from datagen.shards import pin_options
     from datagen.world.bank import write_object_bank
     from datagen.world.benchmarks import BenchSizes, write_benchmarks
     from datagen.world.shards import PARTNERS, write_train_set
     from datagen.world.splits import Split
     out = Path(out)
-    options = pin_options(out, build_options(seed, train_size, size, negatives, partners,
-                                             bench_scale, shard_size), OPTIONS)
-    kinds = list(PARTNERS) if partners == "all" else [] if partners == "none" else [partners]
-    split = Split.make(seed)
-    split.save(out, seed=seed)
-    summary: dict = {"seed": seed, "size": size, "train_size": train_size, "negatives": negatives,
-                     "partners": kinds, "bench_scale": bench_scale, "sets": {}, "seconds": {},
-                     "options": options}
+    with hold(out):  # one writer at a time in `out`, released however the build ends
+        options = pin_options(out, build_options(seed, train_size, size, negatives, partners,
+                                                 bench_scale, shard_size), OPTIONS)
+        kinds = list(PARTNERS) if partners == "all" else [] if partners == "none" else [partners]
+        split = Split.make(seed)
+        split.save(out, seed=seed)
+        summary: dict = {"seed": seed, "size": size, "train_size": train_size, "negatives": negatives,
+                         "partners": kinds, "bench_scale": bench_scale, "sets": {}, "seconds": {},
+                         "options": options}
 
-    def log(msg: str) -> None:
-        if progress:
-            print(msg, file=sys.stderr, flush=True)
+        def log(msg: str) -> None:
+            if progress:
+                print(msg, file=sys.stderr, flush=True)
 
-    def timed(name: str, fn):
-        t0 = time.time()
-        result = fn()
-        summary["seconds"][name] = round(time.time() - t0, 2)
-        return result
+        def timed(name: str, fn):
+            t0 = time.time()
+            result = fn()
+            summary["seconds"][name] = round(time.time() - t0, 2)
+            return result
 
-    log(f"world: seed {seed}, {size} px -> {out}")
-    sets = [("train", None)] + [(f"train_{k}", k) for k in kinds]
-    for name, kind in sets:
-        manifest = timed(name, lambda: write_train_set(
-            out / name, train_size, seed, split, size, with_negatives=negatives,
-            partner=kind, shard_size=shard_size, progress=progress))
-        summary["sets"][name] = sum(s["samples"] for s in manifest["shards"])
-    bank = timed("object_bank", lambda: write_object_bank(
-        out / "object_bank", size=size, seed=seed, exclude=split.bindings))
-    summary["sets"]["object_bank"] = len(bank)
-    log("  benchmarks ...")
-    counts = timed("benchmarks", lambda: write_benchmarks(
-        out / "benchmarks", split, seed, size, BenchSizes().scaled(bench_scale), progress=progress))
-    summary["sets"].update({f"benchmarks/{k}": v for k, v in counts.items()})
-    summary["seconds"]["total"] = round(sum(summary["seconds"].values()), 2)
-    (out / SUMMARY).write_text(json.dumps(summary, indent=1))
-    log(f"world: done in {summary['seconds']['total']} s")
-    return summary
+        log(f"world: seed {seed}, {size} px -> {out}")
+        sets = [("train", None)] + [(f"train_{k}", k) for k in kinds]
+        for name, kind in sets:
+            manifest = timed(name, lambda: write_train_set(
+                out / name, train_size, seed, split, size, with_negatives=negatives,
+                partner=kind, shard_size=shard_size, progress=progress))
+            summary["sets"][name] = sum(s["samples"] for s in manifest["shards"])
+        bank = timed("object_bank", lambda: write_object_bank(
+            out / "object_bank", size=size, seed=seed, exclude=split.bindings))
+        summary["sets"]["object_bank"] = len(bank)
+        log("  benchmarks ...")
+        counts = timed("benchmarks", lambda: write_benchmarks(
+            out / "benchmarks", split, seed, size, BenchSizes().scaled(bench_scale), progress=progress))
+        summary["sets"].update({f"benchmarks/{k}": v for k, v in counts.items()})
+        summary["seconds"]["total"] = round(sum(summary["seconds"].values()), 2)
+        (out / SUMMARY).write_text(json.dumps(summary, indent=1))
+        log(f"world: done in {summary['seconds']['total']} s")
+        return summary
 
 
 def build_parser(prog: str = "python -m datagen world"):

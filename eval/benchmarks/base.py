@@ -1,13 +1,14 @@
 """The one interface every benchmark implements, and the result it returns.
 
 A benchmark is built by `load(data_root, **options)`, which first checks its files (`missing`:
-existence, and recorded download checksums; `MissingData` lists every `Problem` with the command
-that fetches it) and then reads them and holds its items. `missing` runs the same checks without
-loading anything, which is what `eval.api.missing_data` calls for every benchmark at once.
-`score(scorer)` embeds through an `EmbeddingCache` (a bare scorer is wrapped in one) and returns a
-`BenchmarkResult`: `headline` (flat metric name -> value, what `eval.api.evaluate` reports as
-`<benchmark>/<metric>`), `categories` (category -> metric -> value, the per-category tables),
-optional per-instance records, and notes (skipped parts and why).
+existence, and pinned and recorded checksums (`eval.checksums.changed`); `MissingData` lists
+every `Problem` with the command that fetches it) and then reads them and holds its items.
+`missing` runs the same checks without loading anything, which is what `eval.api.missing_data`
+calls for every benchmark at once. `score(scorer)` embeds through an `EmbeddingCache` (a bare
+scorer is wrapped in one) and returns a `BenchmarkResult`: `headline` (flat metric name ->
+value, what `eval.api.evaluate` reports as `<benchmark>/<metric>`), `categories` (category ->
+metric -> value, the per-category tables), optional per-instance records, and notes (skipped
+parts and why).
 """
 from __future__ import annotations
 
@@ -72,7 +73,8 @@ def images_problem(benchmark: str, missing: list[str], dirs: list[Path], data_ro
 
 
 def changed_problems(benchmark: str, paths: list, data_root, download: Optional[str] = None) -> list[Problem]:
-    """Problems for files whose recorded download checksum no longer matches (`eval.checksums`)."""
+    """Problems for files that differ from their pinned sha256 or their recorded download checksum
+    (`eval.checksums.changed`)."""
     from eval import checksums
     root = Path(data_root)
     out = []
@@ -102,19 +104,27 @@ def download_commands(problems: list[Problem]) -> list[str]:
     return out
 
 
+def _state(problems: list) -> str:
+    """What the problems are: files missing, files there but changed or unreadable, or both."""
+    found = {p.force for p in problems if isinstance(p, Problem)}
+    return {frozenset({True}): "changed or unreadable",
+            frozenset({True, False}): "missing, changed or unreadable"}.get(frozenset(found), "missing")
+
+
 class MissingData(FileNotFoundError, ValueError):
     """Benchmark files are missing or changed; the message lists every problem and how to fix it.
 
     `problems` holds the `Problem`s (or plain lines); one message covers every benchmark asked
-    for, so a user sees everything at once. A ValueError too, so callers that treat bad input
-    as exit 2 catch it."""
+    for, so a user sees everything at once; its first line says "missing", "changed or
+    unreadable" (every problem is a file that is there), or "missing, changed or unreadable". A
+    ValueError too, so callers that treat bad input as exit 2 catch it."""
 
     def __init__(self, problems: list, data_root: str | Path, skipped: list[str] = ()):
         self.problems, self.skipped = list(problems), list(skipped)
         self.lines = [p.line() if isinstance(p, Problem) else str(p) for p in self.problems]
         benches = list(dict.fromkeys(b.strip().split("/")[0] for p in self.problems if isinstance(p, Problem)
                                      for b in p.benchmark.split(",")))
-        msg = (f"benchmark data missing under {data_root} for {', '.join(benches)} "
+        msg = (f"benchmark data {_state(self.problems)} under {data_root} for {', '.join(benches)} "
                f"(nothing was loaded or scored); {len(self.lines)} problem(s):\n  " + "\n  ".join(self.lines))
         commands = download_commands([p for p in self.problems if isinstance(p, Problem)])
         if commands:
@@ -188,7 +198,7 @@ class Benchmark:
     @classmethod
     def missing(cls, data_root: str | Path, require_images: bool = True, **options) -> list[Problem]:
         """What `load` would find missing or changed, without loading anything (existence and
-        recorded-checksum checks; annotation files are read only to list the images they need)."""
+        checksum checks; annotation files are read only to list the images they need)."""
         return cls.check(data_root, require_images, **options)[0]
 
     @classmethod
@@ -228,7 +238,7 @@ class Benchmark:
         return [own, coco / "val2017", coco / "train2017"]
 
     def file_problems(self, paths: list[Path], images: bool = False, download: Optional[str] = None) -> list[Problem]:
-        """Absent files (one problem) or files changed since their recorded download."""
+        """Absent files (one problem) or files that differ from their pin or recorded download."""
         absent = files_problem(self.name, paths, self.data_root, images=images, download=download)
         if absent:
             return [absent]

@@ -14,17 +14,19 @@ mean cosine similarity of "the X to the left of the Y" vs "the X to the right of
 that of the two nouns X, Y alone, over `n_pairs` random pairs of distinct nouns (pair k = the
 k-th `numpy.random.default_rng(seed).choice(n, 2, replace=False)`) from the `n_nouns` most
 frequent nouns of the benchmark text: VG-Relation captions when present, else VISLA /
-SugarCrepe++ / SugarCrepe captions. Nouns: spaCy NN/NNS tags, alphabetic, 3+ letters,
-lower-cased, counted over the distinct captions, equal counts in alphabetical order. Words that
-name a position rather than a thing (`POSITION_NOUNS`: "left", "right", "top", "front", ...,
-which the tagger reads as nouns in "to the left of", "on top of", "in front of") are not mined:
-they would give "the left to the left of the top".
+SugarCrepe++ / SugarCrepe captions (those files checked against their pinned sha256 first, as
+their own benchmarks check them: `eval.checksums`). Nouns: spaCy NN/NNS tags, alphabetic, 3+
+letters, lower-cased, counted over the distinct captions, equal counts in alphabetical order.
+Words that name a position rather than a thing (`POSITION_NOUNS`: "left", "right", "top",
+"front", ..., which the tagger reads as nouns in "to the left of", "on top of", "in front of")
+are not mined: they would give "the left to the left of the top".
 """
 from __future__ import annotations
 
 import json
 import re
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -124,6 +126,10 @@ class LeftRight(Benchmark):
             self.texts = [it["true_caption"] for it in items]
             p = images_problem(self.name, missing, [self.data_root / "aro" / "images"], self.data_root, download="aro")
             return [p] if p else []
+        changed = [p for bench, paths in self._fallback_files().items()
+                   for p in changed_problems(self.name, paths, self.data_root, download=bench)]
+        if changed:
+            return changed
         self.texts = self._fallback_texts()
         if not self.texts:
             return [files_problem(self.name, [aro_file], self.data_root, images=self.require_images, download="aro")]
@@ -137,6 +143,14 @@ class LeftRight(Benchmark):
         if len(self.nouns) < 2:
             raise DataError(f"left_right: fewer than 2 nouns found in the text of {aro_file} "
                             "(or of the VISLA / SugarCrepe files)")
+
+    def _fallback_files(self) -> dict[str, list[Path]]:
+        """The VISLA / SugarCrepe++ / SugarCrepe files `_fallback_texts` reads, by the benchmark
+        whose download fetches them."""
+        visla = [self.data_root / "visla" / file for file, _ in VISLA_SUBSETS.values()]
+        return {"visla": [p for p in visla if p.is_file()],
+                "sugarcrepe_pp": sorted((self.data_root / "sugarcrepe_pp").glob("*.json")),
+                "sugarcrepe": sorted((self.data_root / "sugarcrepe").glob("*.json"))}
 
     def _fallback_texts(self) -> list[str]:
         texts = []

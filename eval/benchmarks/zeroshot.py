@@ -8,6 +8,12 @@ Files under `<root>/zeroshot/`: `cifar-10-batches-py/{test_batch,batches.meta}` 
 normalised prompt embeddings. Top-1 (and top-5) accuracy by argmax. CIFAR files that are absent
 are missing (`MissingData`); ImageNet, which needs a licence, is skipped with a note unless
 named in `datasets`. `max_images` keeps the first N test images of each dataset.
+
+The CIFAR pickles are read by `CifarUnpickler`, which resolves only the globals the official
+files reference (numpy's array reconstruction: `numpy.core.multiarray._reconstruct` or its numpy 2
+spelling `numpy._core.multiarray._reconstruct`, `numpy.ndarray`, `numpy.dtype`); a pickle that
+names any other is refused when it names it, before calling it (`DataError` naming the file), so
+a file planted in a shared data root runs no code.
 """
 from __future__ import annotations
 
@@ -26,13 +32,35 @@ DATASETS = {"cifar10": "cifar-10-batches-py/test_batch", "cifar100": "cifar-100-
             "imagenet": "imagenet/val"}
 MANUAL = {"imagenet": "ImageNet needs a licence: put the validation set as <root>/zeroshot/imagenet/val/<wnid>/*.JPEG"}
 
+try:  # numpy 2 (numpy.core is its deprecated alias)
+    from numpy._core.multiarray import _reconstruct
+except ImportError:  # numpy 1
+    from numpy.core.multiarray import _reconstruct
+
+ALLOWED_GLOBALS = {("numpy.core.multiarray", "_reconstruct"): _reconstruct,
+                   ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+                   ("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype}
+
+
+class CifarUnpickler(pickle.Unpickler):
+    """An unpickler that resolves only `ALLOWED_GLOBALS` (what the official CIFAR pickles name)."""
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in ALLOWED_GLOBALS:
+            raise pickle.UnpicklingError(f"it names {module}.{name}, which no official CIFAR file does; "
+                                         "refused without calling it")
+        return ALLOWED_GLOBALS[module, name]
+
 
 def _unpickle(path: Path) -> dict:
     try:
         with open(path, "rb") as f:
-            return pickle.load(f, encoding="latin1")
+            data = CifarUnpickler(f, encoding="latin1").load()
     except Exception as e:
         raise DataError(f"{path}: not a CIFAR python pickle ({e})") from e
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: not a CIFAR python pickle (it holds a {type(data).__name__}, not a dict)")
+    return data
 
 
 def load_cifar(root: Path, which: str):
