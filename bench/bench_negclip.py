@@ -71,7 +71,7 @@ def whole_command(captions: list[str]) -> dict:
         t0 = time.perf_counter()
         stats = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout)
         wall = time.perf_counter() - t0
-    return {"command": "python " + " ".join(cmd[1:10]) + " --src CSV --out DIR --quiet", "captions": len(captions),
+    return {"command": "python " + " ".join(cmd[1:11]) + " --src CSV --out DIR --quiet", "captions": len(captions),
             "wall_s": round(wall, 2), "captions_per_s": round(len(captions) / wall, 1),
             "coverage_any": stats["coverage_any"]}
 
