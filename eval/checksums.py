@@ -33,10 +33,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Optional
+
+from models.checkpoint import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -82,16 +82,9 @@ def read(data_root: str | Path) -> dict:
 
 
 def _write_json(data_root: Path, name: str, data: dict) -> None:
-    """`<data_root>/<name>` replaced atomically (a temporary file renamed over it)."""
-    data_root.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=data_root, prefix=f".{name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, data_root / name)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    """`<data_root>/<name>` replaced atomically (a temporary file renamed over it), with the mode a
+    plain `open()` gives (`models.checkpoint.atomic_write`)."""
+    atomic_write(data_root / name, lambda f: json.dump(data, f, indent=1, sort_keys=True), "w")
 
 
 def record(data_root: str | Path, kind: str, key: str, entry: dict) -> None:

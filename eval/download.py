@@ -44,6 +44,7 @@ from typing import Iterable, Optional
 from compclip.cli import RunFault, one_line, progress
 from eval import checksums
 from eval.checksums import digest
+from models.checkpoint import default_mode
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +171,7 @@ def _get_file(src: Source, root: Path, force: bool) -> None:
         problem = _check(src, Path(tmp)) or _check_recorded(recorded, Path(tmp), f"{dest} <- {src.url}")
         if problem:
             raise ValueError(f"download check failed: {problem}")
+        os.chmod(tmp, default_mode())  # mkstemp made it 0600: give it the mode open() would
         os.replace(tmp, dest)
         if not recorded:
             checksums.record(root, "files", src.dest, {"sha256": digest(dest), "size": dest.stat().st_size,

@@ -69,3 +69,20 @@ def test_zip_archives_unpack_via_monkeypatched_fetch(tmp_path, monkeypatch):
     dl.download(["sugarcrepe"], tmp_path / "root", sources=[src])  # second time: already unpacked
     assert (tmp_path / "root" / "coco" / "val2017" / "000000000001.jpg").read_bytes() == b"jpeg bytes"
     assert calls == ["http://images.cocodataset.org/zips/val2017.zip"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_downloaded_files_and_records_honour_the_umask(tmp_path, shared_benchmarks, umask):
+    """A fetched file and the checksum record get the mode a plain open() gives (0666 less the
+    umask), not mkstemp's 0600: teammates sharing a data root can read them."""
+    import os
+    good = shared_benchmarks / "visla" / "Generic_VISLA.tsv"
+    src = dl.Source("visla", "visla/Generic_VISLA.tsv", good.as_uri(), sha256=dl.SHA256["visla/Generic_VISLA.tsv"])
+    root = tmp_path / "root"
+    old = os.umask(umask)
+    try:
+        dl.download(["visla"], root, sources=[src])
+    finally:
+        os.umask(old)
+    for path in (root / "visla" / "Generic_VISLA.tsv", root / "recorded_checksums.json"):
+        assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path
