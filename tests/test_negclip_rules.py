@@ -146,3 +146,13 @@ def test_prepare_coco_builds_negclips_data(coco, tmp_path, capsys):
         assert s.negatives and {(n.kind, n.source) for n in s.negatives} == {("swap", "rules")}
         for nb in s.neighbours:
             assert json.loads(index.read(nb.key, "neg.json"))
+
+
+def test_an_unknown_spacy_model_is_refused_before_anything_is_written(tmp_path, capsys):
+    src = write_csv(tmp_path / "caps.csv")
+    out = tmp_path / "o"
+    assert cli(["generate", "--rules", "negclip", "--spacy-model", "en_core_web_nope", "--src", str(src),
+                "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--spacy-model en_core_web_nope: no installed spaCy pipeline" in err[0]
+    assert not out.exists()

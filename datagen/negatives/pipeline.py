@@ -61,7 +61,7 @@ from datagen.imageio import BadImage
 from datagen.negatives.base import Coverage
 from datagen.negatives.plausibility import DEFAULT_MARGIN
 from datagen.order import order_for_input, shuffled
-from datagen.negatives.rules import SPACY_MODEL, RuleNegativeGenerator, select_kinds
+from datagen.negatives.rules import SPACY_MODEL, RuleNegativeGenerator, check_spacy_model, select_kinds
 from datagen.negatives.text import view
 from datagen.negatives.vocab import Vocabulary
 from datagen.prepare.imagefiles import SKIP_CORRUPT, SKIP_MISSING, MissingImage
@@ -176,6 +176,7 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
               "batch_size": batch_size, "plausibility": plausibility, "margin": margin,
               "rules": rules, "spacy_model": spacy_model}
     RuleNegativeGenerator(**config)  # bad options are refused before any work
+    check_spacy_model(spacy_model)
     features = {"negatives": "rules", "rules": rules, "spacy_model": spacy_model, "mode": mode,
                 "seed": seed, "kinds": sorted(kinds) if kinds else "all"}
     if mode == "all":

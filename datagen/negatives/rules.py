@@ -131,6 +131,23 @@ def load_nlp(model: str = SPACY_MODEL, parser: bool = False):
     return _NLP_CACHE[key]
 
 
+def check_spacy_model(model: str) -> None:
+    """Refuse (InputError, exit 2) a spaCy pipeline that is neither an installed package nor a
+    folder, before any work: spaCy itself would say so only once the first captions are parsed."""
+    import importlib.util
+    from pathlib import Path
+    from datagen.captions_io import InputError
+    if Path(model).is_dir():
+        return
+    try:
+        found = model.isidentifier() and importlib.util.find_spec(model) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise InputError(f"--spacy-model {model}: no installed spaCy pipeline of that name and no such "
+                         f"folder (the default is {SPACY_MODEL}; install the pipeline's package, or give its folder)")
+
+
 def rule_set(rules: str) -> dict:
     if rules not in RULE_SETS:
         raise ValueError(f"unknown rule set '{rules}' (rule sets: {', '.join(RULE_SETS)})")
