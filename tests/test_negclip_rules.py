@@ -156,3 +156,12 @@ def test_an_unknown_spacy_model_is_refused_before_anything_is_written(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--spacy-model en_core_web_nope: no installed spaCy pipeline" in err[0]
     assert not out.exists()
+
+
+def test_only_empty_captions_are_skipped():
+    from datagen.negatives.rules import RuleNegativeGenerator
+    gen = RuleNegativeGenerator(rules="negclip", mode="all")
+    long_one = " ".join(["a dog and a cat"] * 40)  # 200 words: compclip skips it as too long
+    out = gen.generate(["", "   ", long_one, CAPTIONS[2]])
+    assert out[0] == [] and out[1] == [] and out[2] and out[3]
+    assert dict(gen.skipped) == {"empty": 2}
