@@ -15,19 +15,12 @@ import pytest
 import torch
 
 from tests.test_trainer import shards  # noqa: F401 (a fixture)
-from tests.test_trainer_reliability import RECIPE, fake_eval  # noqa: F401 (a fixture)
+from tests.test_trainer_reliability import fake_eval, recipe  # noqa: F401 (fixtures)
 from trainer import loop, runlock
 from trainer.fixtures import train_in_process as run
 from trainer.recipe import RecipeError, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def recipe(tmp_path, shards):
-    path = tmp_path / "tiny.yaml"
-    path.write_text(RECIPE.format(shards=shards, out=tmp_path / "runs"))
-    return path
 
 
 @pytest.fixture
