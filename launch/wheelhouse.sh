@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Build a wheel folder for a GPU machine that has torch (and accelerate, timm, transformers,
+# tensorboard, pyyaml, pillow, numpy, pandas, regex, tqdm, huggingface_hub, safetensors) but no
+# package registry: open_clip_torch, webdataset, their small pure dependencies, pydantic (the
+# recipe schema) and this project's own wheel. The plain single-GPU path (trainer/train.py, eval
+# scoring, the bench scripts) needs nothing else at import time; spaCy, faiss, deepspeed, diffusers
+# and datasets are only imported where they are used (data preparation, ZeRO, image generation).
+#
+#   launch/wheelhouse.sh [--python-version 3.12] [DEST]        # DEST defaults to .whl
+#
+# On the GPU machine, with DEST carried beside the working tree:
+#   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+#       --target /tmp/site DEST/*.whl && export PYTHONPATH=/tmp/site
+# (launch/gpu_check.sh does this). Prints each wheel and the folder's size, which must stay well
+# under the 64 MiB a device call may carry.
+set -euo pipefail
+
+PYVER=3.12
+DEST=.whl
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --python-version) PYVER="$2"; shift 2 ;;
+        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -*) echo "wheelhouse.sh: unknown option $1" >&2; exit 2 ;;
+        *) DEST="$1"; shift ;;
+    esac
+done
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PY="${PYTHON:-$ROOT/.venv/bin/python}"
+[ -x "$PY" ] || PY=python3
+
+# pinned to what this project's tests run with; pydantic_core is the one compiled wheel
+PURE=(open_clip_torch==3.3.0 webdataset==1.0.2 ftfy==6.3.1 wcwidth==0.9.4 braceexpand==0.1.7
+      pydantic==2.14.4 annotated_types==0.8.0 typing_inspection==0.4.5 typing_extensions==4.16.0)
+# the compiled dependency: the pydantic_core that pydantic==2.14.4 requires, for PYVER
+PYDANTIC_CORE=pydantic_core==2.50.5
+
+mkdir -p "$DEST"
+rm -f "$DEST"/*.whl
+PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
+      --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
+    "${PLAT[@]}" -d "$DEST" "${PURE[@]}" "$PYDANTIC_CORE"
+"$PY" -m pip wheel -q --no-deps --no-build-isolation "$ROOT" -w "$DEST"
+
+ls -1 "$DEST"/*.whl | xargs -n1 basename
+BYTES=$(du -cb "$DEST"/*.whl | tail -1 | cut -f1)
+MIB=$(( (BYTES + 1048575) / 1048576 ))
+echo "wheelhouse: $(ls "$DEST"/*.whl | wc -l) wheels, ${MIB} MiB in $DEST (python $PYVER)"
+if [ "$MIB" -gt 48 ]; then
+    echo "wheelhouse: $DEST is over 48 MiB; a device call carries at most 64 MiB in all" >&2
+    exit 1
+fi
