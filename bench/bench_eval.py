@@ -1,7 +1,7 @@
 """Eval speed: items/s per benchmark with a tiny model on the synthetic fixture, and encoder
 calls per unique text / image, per benchmark and over all benchmarks (1.0 = each encoded once).
 
-    .venv/bin/python bench/bench_eval.py [--arch micro-vit-32] [--n 24] [--reps 3] [--quick]
+    .venv/bin/python bench/bench_eval.py [--arch micro-vit-32] [--n 24] [--reps 3] [--quick] [--device cuda]
                                          [--real-root DIR]   # + all-MiniLM-L6-v2 T2T on real text files
 
 One untimed warm-up pass over every benchmark (imports, spaCy, the datasets library, file
@@ -14,7 +14,8 @@ crop, dataset row and column) asked for. Distinct images by pixels are reported 
 fixture has BiVLC rows whose negative image is a pixel copy of the positive: two references,
 encoded once each, by design). Finally all benchmarks run on one
 shared cache (the same caption or image in two benchmarks is encoded once overall). Torch
-threads: `--threads` (default: OMP_NUM_THREADS, else 1). Writes bench/results/eval.json.
+threads: `--threads` (default: OMP_NUM_THREADS, else 1). The model runs on `--device` (images are
+decoded and transformed on the CPU either way). Writes bench/results/eval.json.
 """
 from __future__ import annotations
 
@@ -119,13 +120,15 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="fixture n=8, zero-shot on cifar10 only")
     p.add_argument("--out", default=None)
     p.add_argument("--real-root", help="data root with the real VISLA / SugarCrepe++ text files")
+    p.add_argument("--device", default="cpu", help="torch device of the model (cpu, cuda, cuda:N)")
     args = p.parse_args()
     options = QUICK_OPTIONS if args.quick else OPTIONS
     if args.quick:
         args.n = 8
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
-    scorer = OpenClipScorer.from_loaded(load_model(args.arch), batch_size=args.batch_size)
+    scorer = OpenClipScorer.from_loaded(load_model(args.arch, device=args.device), batch_size=args.batch_size,
+                                        device=args.device)
     names = list_benchmarks()
     times: dict[str, list[float]] = {name: [] for name in names}
     items: dict[str, int] = {}
@@ -166,7 +169,8 @@ def main() -> None:
             real[name] = {"scorer": "all-MiniLM-L6-v2 (T2T)", "items": items_of(res), "seconds": round(dt, 2),
                           "items_per_s": round(items_of(res) / dt, 1)}
             log(f"real {name}: {real[name]}")
-    write_result("eval", {"arch": args.arch, "fixture_n": args.n, "batch_size": args.batch_size,
+    device = torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda") else "cpu"
+    write_result("eval", {"arch": args.arch, "device": device, "fixture_n": args.n, "batch_size": args.batch_size,
                           "torch_threads": torch.get_num_threads(), "reps": args.reps, "options": options,
                           "timing": "load + encode + score, fresh cache and fresh loading per run",
                           "per_benchmark": per_bench, "all_benchmarks_shared_cache": shared,

@@ -62,7 +62,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 if sys.path and Path(sys.path[0]).resolve() == ROOT / "bench":
@@ -363,8 +363,9 @@ def compose_cost(sets: dict, batch: int, reps: int) -> dict:
 
 def launch_cmd(procs: int, gpu: bool = False) -> list[str]:
     accelerate = str(Path(sys.executable).with_name("accelerate"))
-    if gpu:
-        return [accelerate, "launch", "--config_file", "launch/gpu_1.yaml", "trainer/train.py"]
+    if gpu:  # accelerate's CLI through this interpreter: no console script needed on PATH
+        return [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--config_file",
+                "launch/gpu_1.yaml", "trainer/train.py"]
     if procs == 1:
         return [sys.executable, "trainer/train.py"]
     return [accelerate, "launch", "--multi_gpu", "--num_processes", str(procs), "--num_machines", "1",
@@ -416,6 +417,31 @@ def run_case(name: str, rep: int, tmp: Path, sets: dict, args, env: dict, old_ro
     return {**steady_rate(points, args.batch * procs, args.warmup), "wall_s": wall}
 
 
+def gpu_case(tmp: Path, name: str, shards: Path, partner: str, negs: int, args, env: dict,
+             overrides: Sequence[str] = (), dry_run: bool = False) -> dict:
+    """One whole GPU run of `trainer/train.py` through `launch/gpu_1.yaml` (bf16) on `shards`:
+    steady-state samples/s after `args.gpu_warmup` steps, peak GPU memory (`train/memory_mb`:
+    torch.cuda.max_memory_allocated), the run's wall time. `overrides`: recipe `key=value`s.
+    `dry_run`: plain python on this machine's device (checks the plumbing on a CPU)."""
+    batch, steps = args.gpu_batch, args.gpu_steps
+    recipe = tmp / f"{name}.yaml"
+    out = tmp / f"out-{name}"
+    recipe.write_text(RECIPE.format(precision="bf16", arch=args.gpu_arch, shards=json.dumps([str(shards)]),
+                                    source_batch="", samples=steps * batch, batch=batch, workers=args.gpu_workers,
+                                    partner=partner, negs=negs, out=out, log_every=args.gpu_log_every))
+    cmd = (launch_cmd(1, gpu=True) if not dry_run else [sys.executable, "trainer/train.py"]) + [str(recipe)]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd + list(overrides), cwd=ROOT, env=dict(env, OMP_NUM_THREADS=str(args.gpu_threads)),
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"GPU run {name} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    logdir = out / "bench" / "tensorboard"
+    points = [(s, t) for s, t, _ in tb_scalars(logdir, "train/samples_per_s")]
+    memory = [v for _, _, v in tb_scalars(logdir, "train/memory_mb")]
+    return {**steady_rate(points, batch, args.gpu_warmup), "wall_s": time.perf_counter() - start,
+            "peak_memory_mib": round(max(memory), 1), "command": " ".join(cmd[:-1] + ["<recipe>"] + list(overrides))}
+
+
 def gpu_run(args, env: dict) -> dict:
     """ViT-B-32, NegCLIP-style batch (2B x 4B) on one GPU, bf16; steady-state samples/s,
     `--gpu-reps` runs."""
@@ -425,22 +451,8 @@ def gpu_run(args, env: dict) -> dict:
         tmp = Path(tmp)
         shards = write_caption_shards(tmp / "neighbour", coco_captions(), n=2048, per_shard=256, negatives=2,
                                       neighbours=3)
-        cmd = launch_cmd(1, gpu=True) if not args.gpu_dry_run else [sys.executable, "trainer/train.py"]
         for rep in range(args.gpu_reps):
-            recipe = tmp / f"gpu-{rep}.yaml"
-            recipe.write_text(RECIPE.format(precision="bf16", arch=args.gpu_arch, shards=json.dumps([str(shards)]),
-                                            source_batch="",
-                                            samples=steps * batch, batch=batch, workers=args.gpu_workers,
-                                            partner="neighbour", negs=2, out=tmp / f"out-{rep}",
-                                            log_every=args.gpu_log_every))
-            start = time.perf_counter()
-            proc = subprocess.run(cmd + [str(recipe)], cwd=ROOT, env=dict(env, OMP_NUM_THREADS=str(args.gpu_threads)),
-                                  capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise SystemExit(f"GPU run failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-            points = [(s, t) for s, t, _ in tb_scalars(tmp / f"out-{rep}" / "bench" / "tensorboard",
-                                                        "train/samples_per_s")]
-            runs.append({**steady_rate(points, batch, warmup), "wall_s": time.perf_counter() - start})
+            runs.append(gpu_case(tmp, f"gpu-{rep}", shards, "neighbour", 2, args, env, dry_run=args.gpu_dry_run))
             log(f"trainer: GPU rep {rep + 1}/{args.gpu_reps}: {runs[-1]['samples_per_s']:.0f} samples/s")
     rate = summarize([r["samples_per_s"] for r in runs], 1)
     return {"ran": True, "device": gpu_name(), "arch": args.gpu_arch, "precision": "bf16", "batch": batch,

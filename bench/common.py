@@ -78,8 +78,10 @@ def versions(packages: dict[str, str] = PACKAGES) -> dict[str, Optional[str]]:
 
 
 def git_commit(root: Path = ROOT) -> str:
-    """`<sha>` or `<sha> (+ uncommitted changes)`; 'unknown' outside a git checkout. The bench's
-    own outputs (bench/results/, bench/RESULTS*.md) do not count as changes."""
+    """`<sha>` or `<sha> (+ uncommitted changes)`; outside a git checkout (a copied tree on a GPU
+    machine) the value of COMPCLIP_GIT_COMMIT, else 'unknown'. The bench's own outputs
+    (bench/results/, bench/RESULTS*.md) do not count as changes."""
+    given = os.environ.get("COMPCLIP_GIT_COMMIT", "").strip() or "unknown"
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                              timeout=10).stdout.strip()
@@ -87,9 +89,9 @@ def git_commit(root: Path = ROOT) -> str:
                                 ":!bench/RESULTS*.md"], cwd=root, capture_output=True,
                                text=True, timeout=30).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return given
     if not sha:
-        return "unknown"
+        return given
     return sha + (" (+ uncommitted changes)" if dirty else "")
 
 
