@@ -121,6 +121,7 @@ def main() -> None:
     p.add_argument("--out", default=None)
     p.add_argument("--real-root", help="data root with the real VISLA / SugarCrepe++ text files")
     p.add_argument("--device", default="cpu", help="torch device of the model (cpu, cuda, cuda:N)")
+    p.add_argument("--benchmarks", nargs="*", help="these benchmarks only (default: all registered)")
     args = p.parse_args()
     options = QUICK_OPTIONS if args.quick else OPTIONS
     if args.quick:
@@ -129,7 +130,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     scorer = OpenClipScorer.from_loaded(load_model(args.arch, device=args.device), batch_size=args.batch_size,
                                         device=args.device)
-    names = list_benchmarks()
+    names = args.benchmarks or list_benchmarks()
+    options = {k: v for k, v in options.items() if k in names}
     times: dict[str, list[float]] = {name: [] for name in names}
     items: dict[str, int] = {}
     calls: dict[str, dict] = {}
@@ -170,7 +172,7 @@ def main() -> None:
                           "items_per_s": round(items_of(res) / dt, 1)}
             log(f"real {name}: {real[name]}")
     device = torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda") else "cpu"
-    write_result("eval", {"arch": args.arch, "device": device, "fixture_n": args.n, "batch_size": args.batch_size,
+    write_result("eval", {"arch": args.arch, "device": device, "benchmarks": names, "fixture_n": args.n, "batch_size": args.batch_size,
                           "torch_threads": torch.get_num_threads(), "reps": args.reps, "options": options,
                           "timing": "load + encode + score, fresh cache and fresh loading per run",
                           "per_benchmark": per_bench, "all_benchmarks_shared_cache": shared,

@@ -3,7 +3,7 @@
 # run from the repository root with the wheel folder and the captions beside it:
 #
 #   launch/gpu_check.sh check  OUTDIR   # package check, tests/gpu, a short bench_gpu.py smoke run
-#   launch/gpu_check.sh bench  OUTDIR   # the measurements: bench_gpu.py, then bench_eval.py on CUDA
+#   launch/gpu_check.sh bench  OUTDIR [bench_gpu.py args]   # bench_gpu.py, bench_eval.py on CUDA, eval tests
 #
 # Expects: .whl/ (launch/wheelhouse.sh), .gpucarry/sugarcrepe/*.json (COCO captions for the bench)
 # and optionally .gpucarry/commit (the commit the tree was copied from, for the results' meta).
@@ -38,11 +38,15 @@ case "$MODE" in
             || status=1
         ;;
     bench)
-        timeout 420 "$PY" bench/bench_gpu.py "${@:3}" 2>&1 | tee "$OUTDIR/bench_gpu.txt" || status=1
+        timeout 390 "$PY" bench/bench_gpu.py "${@:3}" 2>&1 | tee "$OUTDIR/bench_gpu.txt" || status=1
         cp bench/results/gpu.json "$OUTDIR/" 2>/dev/null
-        timeout 150 "$PY" bench/bench_eval.py --device cuda --arch ViT-B-32 --batch-size 256 --reps 3 \
+        # ARO and left-right need spaCy, which a bare GPU image lacks
+        timeout 80 "$PY" bench/bench_eval.py --device cuda --arch ViT-B-32 --batch-size 256 --reps 2 \
+            --benchmarks bivlc retrieval sugarcrepe sugarcrepe_pp visla visla_lexical zeroshot \
             --out bench/results/gpu_eval.json 2>&1 | tee "$OUTDIR/bench_eval.txt" || status=1
         cp bench/results/gpu_eval.json "$OUTDIR/" 2>/dev/null
+        timeout 90 "$PY" -m pytest -q -p no:cacheprovider tests/gpu/test_eval_cuda.py 2>&1 \
+            | tee "$OUTDIR/tests_gpu_eval.txt" || status=1
         ;;
     *) echo "gpu_check: unknown mode $MODE (check or bench)" >&2; exit 2 ;;
 esac

@@ -2,9 +2,10 @@
 # Build a wheel folder for a GPU machine that has torch (and accelerate, timm, transformers,
 # tensorboard, pyyaml, pillow, numpy, pandas, regex, tqdm, huggingface_hub, safetensors) but no
 # package registry: open_clip_torch, webdataset, their small pure dependencies, pydantic (the
-# recipe schema) and this project's own wheel. The plain single-GPU path (trainer/train.py, eval
-# scoring, the bench scripts) needs nothing else at import time; spaCy, faiss, deepspeed, diffusers
-# and datasets are only imported where they are used (data preparation, ZeRO, image generation).
+# recipe schema), the datasets library (BiVLC's parquet files: eval and its synthetic fixture) and
+# this project's own wheel. The plain single-GPU path (trainer/train.py, eval scoring, the bench
+# scripts) needs nothing else; spaCy, faiss, deepspeed and diffusers are only imported where they
+# are used (data preparation, ZeRO, image generation).
 #
 #   launch/wheelhouse.sh [--python-version 3.12] [DEST]        # DEST defaults to .whl
 #
@@ -31,7 +32,8 @@ PY="${PYTHON:-$ROOT/.venv/bin/python}"
 
 # pinned to what this project's tests run with; pydantic_core is the one compiled wheel
 PURE=(open_clip_torch==3.3.0 webdataset==1.0.2 ftfy==6.3.1 wcwidth==0.9.4 braceexpand==0.1.7
-      pydantic==2.14.4 annotated_types==0.8.0 typing_inspection==0.4.5 typing_extensions==4.16.0)
+      pydantic==2.14.4 annotated_types==0.8.0 typing_inspection==0.4.5 typing_extensions==4.16.0
+      datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19)
 # the compiled dependency: the pydantic_core that pydantic==2.14.4 requires, for PYVER
 PYDANTIC_CORE=pydantic_core==2.50.5
 
