@@ -5,14 +5,14 @@
 manifest summary as JSON on stdout; `prepare cocobank` writes an object bank folder and prints
 its counts. `prepare coco|trohn|cocobank` turn COCO, TROHN-Text/-Img and COCO instances into
 shard sets / an object bank (docs/data_prep.md), leaving benchmark images out unless
-`--keep-benchmark-images`. Every set is written in a seeded global order (`datagen.order`);
+`--keep-benchmark-images`. Every set is written in a seeded global order (`compclip.shardset.order`);
 `shuffle` puts an existing set into one in bounded memory. `negatives` (hard-negative captions,
 datagen/negatives) and `world` (the synthetic world, datagen/world/cli.py) hand their arguments
 to their own programs unchanged.
 
 Every writer takes the lock of its --out (`datagen.outlock`, held until the command ends) and
 records the options that change its output, and the fingerprints of its input files and sets,
-in the output (`pin`: `datagen.shards.pin_options`) before any work; it refuses, in one line, a
+in the output (`pin`: `compclip.shardset.shards.pin_options`) before any work; it refuses, in one line, a
 second writer while one holds the lock and a rerun with another value of an option or another
 input. Bad
 input is found before heavy work (a missing or unfinished --src, an empty bank, an unknown
@@ -88,7 +88,7 @@ def _path(value: Optional[str]) -> Optional[str]:
 
 def check_shard_set(src: str, option: str = "--src") -> dict[str, Any]:
     """The manifest of a complete input shard set, or an InputError naming what is wrong."""
-    from datagen.shards import read_manifest
+    from compclip.shardset.shards import read_manifest
     path = Path(src)
     if not path.exists():
         raise InputError(f"{src}: no such folder; give a shard set folder ({option})")
@@ -132,9 +132,9 @@ def pin(args, options: dict[str, Any], inputs: Sequence[Optional[str]] = (), fil
         out: Optional[str] = None) -> None:
     """Before the first write into `out` (default `args.out`): take its lock (`datagen.outlock`,
     held until the command ends), then record `options` and the fingerprints of `inputs` (paths;
-    None is left out) or refuse a rerun with other ones (`datagen.shards.pin_options`)."""
+    None is left out) or refuse a rerun with other ones (`compclip.shardset.shards.pin_options`)."""
     from datagen.outlock import hold
-    from datagen.shards import pin_options
+    from compclip.shardset.shards import pin_options
     out = out or args.out
     check_out(out)
     args.locks.enter_context(hold(out))
@@ -152,7 +152,7 @@ def _model_options(args) -> dict[str, Any]:
 # ---------------------------------------------------------------- commands
 
 def _diffusers_backend(args):
-    from datagen.genimages import DiffusersBackend, tiny_pipeline
+    from datagen.images.genimages import DiffusersBackend, tiny_pipeline
     common = dict(steps=args.steps, guidance=args.guidance, size=args.size,
                   batch_size=args.batch_size, device=args.device)
     if args.model == "tiny":  # random weights: a smoke test, not real images
@@ -177,7 +177,7 @@ def cmd_stitch(args) -> dict:
         raise InputError("--nouns needs --model (a diffusers model id, local folder or 'tiny')")
     bank = Path(args.bank)
     if not (args.world_bank or args.nouns):
-        from datagen.imageio import list_image_files
+        from compclip.shardset.imageio import list_image_files
         if not bank.is_dir():
             raise InputError(f"{bank}: no such folder; give a folder of object images (--bank)")
         if not list_image_files(bank):
@@ -190,12 +190,12 @@ def cmd_stitch(args) -> dict:
                    "--backgrounds": _path(args.backgrounds), "--key-prefix": args.key_prefix,
                    "--seed": args.seed, **_shard_options(args)},
         inputs=[args.backgrounds] + ([] if args.world_bank or args.nouns else [args.bank]))  # else made here
-    from datagen.stitch import write_stitched
+    from datagen.images.stitch import write_stitched
     if args.world_bank:
         from datagen.world import write_object_bank
         write_object_bank(bank, args.world_bank, args.seed)
     elif args.nouns:
-        from datagen.genimages import write_generated_object_bank
+        from datagen.images.genimages import write_generated_object_bank
         write_generated_object_bank(_diffusers_backend(args), comma_list(args.nouns), bank, args.seed)
     return write_stitched(args.out, bank, args.n, args.seed, args.canvas, comma_list(args.relations),
                           args.scale, args.gap, args.ext, args.backgrounds,
@@ -211,7 +211,7 @@ def cmd_knn(args) -> dict:
                "--dtype": args.dtype, "--dup-threshold": args.dup_threshold,
                "--factory": args.factory, "--nprobe": args.nprobe, **_model_options(args),
                **_shard_options(args)}, inputs=[args.src])
-    from datagen.knn import run_knn
+    from datagen.images.knn import run_knn
     return run_knn(args.src, args.out, _scorer(args), args.k, args.method, args.batch_size,
                    args.dtype, args.dup_threshold, args.factory, args.nprobe, args.work_dir,
                    args.max_count, args.max_bytes, args.workers, progress=not args.quiet)
@@ -232,7 +232,7 @@ def cmd_genimages(args) -> dict:
         check_model(args)
         options.update(_model_options(args))
     pin(args, options, inputs=[args.src])
-    from datagen.genimages import RendererBackend, write_generated
+    from datagen.images.genimages import RendererBackend, write_generated
     if args.backend == "renderer":
         backend = RendererBackend(size=args.size or 224)
     else:
@@ -274,7 +274,7 @@ def cmd_prepare_coco(args) -> dict:
         base = Path(args.base) if args.base else default_base(args.out)
         pin(args, {**stage1, "--knn": args.knn, "--method": args.method,
                    "--dtype": args.dtype, **_model_options(args)}, captions)
-        from datagen.shards import check_pinned, is_complete
+        from compclip.shardset.shards import check_pinned, is_complete
         if is_complete(base):  # reused as it is, read-only: compared, not written
             check_pinned(base, stage1, captions)
         elif not is_complete(args.out):
@@ -320,7 +320,7 @@ def cmd_shuffle(args) -> dict:
     check_shard_set(args.src)
     pin(args, {"--src": _path(args.src), "--seed": args.seed, "--buckets": args.buckets,
                **_shard_options(args)}, inputs=[args.src])
-    from datagen.shuffle import shuffle_shard_set
+    from compclip.shardset.shuffle import shuffle_shard_set
     return shuffle_shard_set(args.src, args.out, args.seed, args.buckets, args.work_dir,
                              args.max_count, args.max_bytes, progress=not args.quiet)
 
@@ -572,7 +572,7 @@ def _legacy_shuffle(parser: argparse.ArgumentParser, args) -> None:
 def _summary(args, manifest: dict) -> dict:
     if args.cmd == "prepare" and args.source == "cocobank":
         return manifest
-    from datagen.shards import verify_shard_set
+    from compclip.shardset.shards import verify_shard_set
     # what this run wrote, finished or not (a writer stopped early leaves `complete: false`)
     totals = verify_shard_set(args.out, allow_incomplete=True)
     skipped: dict[str, int] = {}

@@ -9,12 +9,12 @@ from PIL import Image
 
 import faiss
 
-from datagen import knn
-from datagen.knn import (BlasFlatIP, Embeddings, brute_force, embed_shard_set, find_neighbours, image_hash,
+from datagen.images import knn
+from datagen.images.knn import (BlasFlatIP, Embeddings, brute_force, embed_shard_set, find_neighbours, image_hash,
                          load_embeddings, measure_recall, run_knn, self_join_topk, write_neighbours)
-from datagen.knn import _ties_by_id
-from datagen.schema import ShardSample
-from datagen.shards import KeyIndex, ShardSetWriter, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
+from datagen.images.knn import _ties_by_id
+from compclip.shardset.schema import ShardSample
+from compclip.shardset.shards import KeyIndex, ShardSetWriter, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
 from eval.scorer import OpenClipScorer
 
 

@@ -363,7 +363,7 @@ def big_png(width: int, height: int) -> bytes:
 def test_an_image_above_datagens_pixel_limit_is_a_bad_sample_never_decoded(micro_model, monkeypatch):
     from PIL import Image, ImageFile
 
-    from datagen.imageio import BadImage, decode_image
+    from compclip.shardset.imageio import BadImage, decode_image
     from trainer.compose import BadSample, Composer
     data = big_png(13_000, 13_000)  # 169 M pixels, above PIL's limit (89.5 M), under twice it
     assert 13_000 * 13_000 > Image.MAX_IMAGE_PIXELS and len(data) < 1 << 20

@@ -24,7 +24,7 @@ from datagen.negatives.guards import animacy, fits, kind_of, noun_class, place, 
 from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, MASS_NOUNS, PREP_STOP,
                                      Vocabulary, builtin_vocabulary, crude_lemma, is_part_noun,
                                      noun_roles, verb_roles)
-from datagen.schema import Negative
+from compclip.shardset.schema import Negative
 
 # "on top of", "at the edge of", "across from": the preposition is part of a fixed phrase
 FIXED_AFTER_PREP = lexicon.words("fixed_after_prep")

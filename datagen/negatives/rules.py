@@ -41,7 +41,7 @@ from datagen.negatives.base import RULE_SETS, SPACY_MODEL
 from datagen.negatives.plausibility import DEFAULT_MARGIN, PlausibilityFilter
 from datagen.negatives.text import set_pos_table, skip_reason, view
 from datagen.negatives.vocab import Vocabulary
-from datagen.schema import SUBKINDS, Negative
+from compclip.shardset.schema import SUBKINDS, Negative
 
 _NEGCLIP = frozenset(("swap", t) for t in swap.NEGCLIP_TYPES)
 _NLP_CACHE: dict[tuple[str, bool], object] = {}
@@ -136,7 +136,7 @@ def check_spacy_model(model: str) -> None:
     folder, before any work: spaCy itself would say so only once the first captions are parsed."""
     import importlib.util
     from pathlib import Path
-    from datagen.captions_io import InputError
+    from datagen.negatives.captions_io import InputError
     if Path(model).is_dir():
         return
     try:

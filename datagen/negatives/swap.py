@@ -37,7 +37,7 @@ from datagen.negatives.base import normalise, register_negative
 from datagen.negatives.text import View, render, swap_spans, view
 from datagen.negatives.guards import kind_of, swap_allowed
 from datagen.negatives.vocab import ADJ_STOP, ATTRIBUTE_OF, POSITION_NOUNS, is_part_noun
-from datagen.schema import Negative
+from compclip.shardset.schema import Negative
 
 Span = tuple[int, int]
 # the sub-kinds named after NegCLIP's swap types: the plausibility filter never leaves them

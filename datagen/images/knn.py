@@ -4,7 +4,7 @@ write them into a copy of the set as `nn.json`.
 1. `embed_shard_set`: every anchor image, decoded robustly (corrupt ones are marked invalid and
    later skipped and counted), is embedded by an `OpenClipScorer` in batches and written row by
    row into a float16 (or float32) `.npy` memmap, so the set may exceed memory. Reading,
-   decoding and preprocessing run in DataLoader workers (`datagen.knn_images`), in row order,
+   decoding and preprocessing run in DataLoader workers (`datagen.images.knn_images`), in row order,
    so the memmap does not depend on the worker count. A sidecar JSON holds keys, a content
    hash of each image's bytes, and validity.
 2. `find_neighbours`: cosine similarity (embeddings are L2-normalised, so inner product) with
@@ -48,9 +48,9 @@ import faiss
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from datagen.order import inherited_order
-from datagen.schema import SchemaError
-from datagen.shards import (CARRIED_KEYS, KeyIndex, ShardSetWriter, iter_raw_samples,
+from compclip.shardset.order import inherited_order
+from compclip.shardset.schema import SchemaError
+from compclip.shardset.shards import (CARRIED_KEYS, KeyIndex, ShardSetWriter, iter_raw_samples,
                             read_manifest, shard_urls)
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ def embed_shard_set(directory: str | Path, scorer, out_path: str | Path, batch_s
     `workers` DataLoader processes read, decode and preprocess the images (default
     `default_workers()`; 0: in this process); the result does not depend on it."""
     from compclip.cli import progress as bar_of
-    from datagen.knn_images import default_workers, image_loader
+    from datagen.images.knn_images import default_workers, image_loader
     out_path = Path(out_path)
     side = _sidecar(out_path)
     if side.is_file() and out_path.is_file():
