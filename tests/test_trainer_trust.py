@@ -296,7 +296,7 @@ def test_fp16_on_cpu_says_it_runs_fp32_and_records_it(recipe, tmp_path, capsys):
 
 @pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o002, 0o664)])
 def test_atomic_write_honours_the_umask(tmp_path, mask, mode):
-    from models.checkpoint import atomic_write
+    from compclip.fileio import atomic_write
     with umask(mask):
         path = atomic_write(tmp_path / "f.json", lambda f: f.write("{}"), "w")
     assert path.stat().st_mode & 0o777 == mode

@@ -49,7 +49,7 @@ from typing import Any, Iterable, Iterator, Optional
 from compclip.shardset.fingerprint import changed, fingerprint, sha256_file
 from compclip.shardset.order import ORDER_KEY, check_order
 from compclip.shardset.schema import SCHEMA_VERSION, SchemaError, ShardSample
-from models.checkpoint import atomic_write
+from compclip.fileio import atomic_write
 
 MANIFEST = "manifest.json"
 KEY_INDEX = "keys.tsv"

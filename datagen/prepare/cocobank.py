@@ -33,7 +33,7 @@ from PIL import Image, ImageDraw
 from compclip.shardset.imageio import BadImage, load_image_file
 from datagen.prepare.exclude import Exclusion
 from datagen.prepare.imagefiles import MissingImage
-from models.checkpoint import atomic_write
+from compclip.fileio import atomic_write
 
 COCO_IDS = "coco_ids.json"  # cut-out file name -> COCO image id
 
