@@ -26,6 +26,8 @@ from typing import Any, Iterable, Optional, TypeVar
 
 import numpy as np
 
+from compclip.shardset.manifest import read_manifest
+
 T = TypeVar("T")
 ORDER_KEY = "order"
 
@@ -64,7 +66,6 @@ def input_order() -> dict[str, Any]:
 def inherited_order(src: str | Path, manifest: Optional[dict] = None) -> dict[str, Any]:
     """The record of a set copied sample by sample, in order, from the shard set `src`."""
     if manifest is None:
-        from compclip.shardset.shards import read_manifest
         manifest = read_manifest(src)
     record = dict(manifest.get(ORDER_KEY) or {"shuffled": False})
     record.pop("inherited_from", None)

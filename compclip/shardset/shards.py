@@ -47,11 +47,11 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 from compclip.shardset.fingerprint import changed, fingerprint, sha256_file
+from compclip.shardset.manifest import MANIFEST, read_manifest
 from compclip.shardset.order import ORDER_KEY, check_order
 from compclip.shardset.schema import SCHEMA_VERSION, SchemaError, ShardSample
 from compclip.fileio import atomic_write
 
-MANIFEST = "manifest.json"
 KEY_INDEX = "keys.tsv"
 IMAGE_IDS = "image_ids.txt"
 CARRIED_KEYS = ("excluded", "exclusion")  # manifest keys a set rewritten from another inherits
@@ -65,16 +65,6 @@ class OptionMismatch(ValueError):
 
 class InputChanged(ValueError):
     """A rerun into an existing output whose input is not what it was when the output started."""
-
-
-def read_manifest(directory: str | Path) -> dict[str, Any]:
-    path = Path(directory) / MANIFEST
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no manifest; is {directory} a shard set?")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise SchemaError(f"{path}: manifest is not valid JSON ({err})") from None
 
 
 def is_complete(directory: str | Path) -> bool:

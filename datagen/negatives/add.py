@@ -39,7 +39,7 @@ from __future__ import annotations
 import random
 from functools import lru_cache
 
-from datagen.negatives import lexicon
+import datagen.negatives.lexicon as lexicon
 from datagen.negatives.attributes import makes_unit, typical_adjectives
 from datagen.negatives.base import register_negative
 from datagen.negatives.guards import animacy, fits, place, subject_verb, verb_need

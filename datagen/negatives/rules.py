@@ -36,7 +36,10 @@ import sys
 from collections import Counter
 from typing import Iterable, Optional, Sequence
 
-from datagen.negatives import add, negclip, replace, swap  # noqa: F401  (registers the rule functions)
+import datagen.negatives.add as add  # noqa: F401  (add, negclip, replace, swap: register the rule functions)
+import datagen.negatives.negclip as negclip
+import datagen.negatives.replace as replace  # noqa: F401
+import datagen.negatives.swap as swap
 from datagen.negatives.base import RULE_SETS, SPACY_MODEL
 from datagen.negatives.plausibility import DEFAULT_MARGIN, PlausibilityFilter
 from datagen.negatives.text import set_pos_table, skip_reason, view
