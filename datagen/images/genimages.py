@@ -176,7 +176,7 @@ def generate_picked(backend: ImageBackend, captions: Sequence[str], seeds: Seque
     if pick not in PICK_RULES:
         raise ValueError(f"pick rule '{pick}' not one of {PICK_RULES}")
     if pick == "clip" and scorer is None:
-        raise ValueError("pick='clip' needs a scorer (an OpenClipScorer) to rank candidates")
+        raise ValueError("pick='clip' needs a scorer (a `models.encode.OpenClipEncoder`) to rank candidates")
     flat_caps = [c for c, s in zip(captions, seeds) for _ in s]
     flat = backend.generate(flat_caps, [x for s in seeds for x in s])
     out, pos = [], 0

@@ -2,7 +2,7 @@
 write them into a copy of the set as `nn.json`.
 
 1. `embed_shard_set`: every anchor image, decoded robustly (corrupt ones are marked invalid and
-   later skipped and counted), is embedded by an `OpenClipScorer` in batches and written row by
+   later skipped and counted), is embedded by an `OpenClipEncoder` (`models.encode`) in batches and written row by
    row into a float16 (or float32) `.npy` memmap, so the set may exceed memory. Reading,
    decoding and preprocessing run in DataLoader workers (`datagen.images.knn_images`), in row order,
    so the memmap does not depend on the worker count. A sidecar JSON holds keys, a content
@@ -86,7 +86,7 @@ def _sources(directory: str | Path) -> list[str]:
 
 def _image_encoder(scorer) -> tuple[Optional[Callable], Callable]:
     """(transform run in the loader workers, encode of a list of what it returns). A scorer with
-    `preprocess` and `encode_image_tensors` (OpenClipScorer) gets its preprocessing done in the
+    `preprocess` and `encode_image_tensors` (`models.encode.OpenClipEncoder`) gets its preprocessing done in the
     workers; any other `encode_images` scorer gets decoded PIL images."""
     if hasattr(scorer, "preprocess") and hasattr(scorer, "encode_image_tensors"):
         import torch
