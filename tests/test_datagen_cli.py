@@ -124,13 +124,13 @@ def test_inputs_that_are_not_shard_sets_are_one_line_errors(src, tmp_path, capsy
 def test_knn_takes_the_architecture_from_a_run_folder(src, tmp_path, micro_model, monkeypatch):
     """`--pretrained RUN` with no `--arch`: the checkpoint that run's `latest` points to, built as
     the architecture its sidecar names (before: `--arch` defaulted to ViT-B-32 and was refused)."""
-    import datagen.__main__ as cli
+    from datagen.images import cli
     from models import CheckpointMeta, save_checkpoint
     ckpts = tmp_path / "run" / "checkpoints"
     path = save_checkpoint(ckpts, "step-0000002", micro_model.model,
                            CheckpointMeta(arch="micro-vit-32", activation="gelu", lineage="none"))
     seen = {}
-    monkeypatch.setattr(cli, "_scorer", lambda args: seen.update(arch=args.arch, pretrained=args.pretrained)
+    monkeypatch.setattr(cli, "load_scorer", lambda args: seen.update(arch=args.arch, pretrained=args.pretrained)
                         or (_ for _ in ()).throw(SystemExit(0)))
     with pytest.raises(SystemExit):
         main(["knn", "--src", str(src), "--out", str(tmp_path / "o"), "--pretrained", str(tmp_path / "run")])
