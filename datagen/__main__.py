@@ -8,7 +8,9 @@ shard sets / an object bank (docs/data_prep.md), leaving benchmark images out un
 `--keep-benchmark-images`. Every set is written in a seeded global order (`compclip.shardset.order`);
 `shuffle` puts an existing set into one in bounded memory. `negatives` (hard-negative captions,
 datagen/negatives) and `world` (the synthetic world, datagen/world/cli.py) hand their arguments
-to their own programs unchanged.
+to their own programs unchanged. This module only dispatches: each group's commands and options
+live with it (`datagen/images/cli.py`, `datagen/prepare/cli.py`, `datagen/shuffle_cli.py`; what
+they share in `datagen/cliargs.py`).
 
 Every writer takes the lock of its --out (`datagen.outlock`, held until the command ends) and
 records the options that change its output, and the fingerprints of its input files and sets,
