@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.common import RESULTS_DIR, log, ratio_stat, summarize, write_result  # noqa: E402
-from datagen.knn import EXTRA, BlasFlatIP, Embeddings, find_neighbours  # noqa: E402
+from datagen.images.knn import EXTRA, BlasFlatIP, Embeddings, find_neighbours  # noqa: E402
 
 
 def clustered(n: int, d: int, seed: int = 0, noise: float = 1.5, chunk: int = 100_000) -> np.ndarray:
@@ -166,9 +166,9 @@ def bench_embed(n: int, workers: list[int], reps: int) -> dict:
     preprocess before a mean-pool stand-in for the tower (the loader's share alone)."""
     import open_clip
     import torch
-    from datagen.knn import embed_shard_set
-    from datagen.schema import ShardSample
-    from datagen.shards import ShardSetWriter
+    from datagen.images.knn import embed_shard_set
+    from compclip.shardset.schema import ShardSample
+    from compclip.shardset.shards import ShardSetWriter
     from eval.scorer import OpenClipScorer
     from models import load_model
     torch.manual_seed(0)
@@ -216,7 +216,7 @@ def bench_approx(n: int, d: int, k: int, nprobes: list[int], factory: str | None
 
 
 def bench_stitch(n: int, reps: int) -> dict:
-    from datagen.stitch import write_stitched
+    from datagen.images.stitch import write_stitched
     rates = []
     with tempfile.TemporaryDirectory() as tmp:
         bank = Path(tmp) / "bank"
@@ -254,7 +254,7 @@ def _world_captions(n: int) -> list[str]:
 
 
 def bench_generate(n: int, diffusers_size: int, steps: int, reps: int) -> dict:
-    from datagen.genimages import DiffusersBackend, RendererBackend, caption_seed, tiny_pipeline
+    from datagen.images.genimages import DiffusersBackend, RendererBackend, caption_seed, tiny_pipeline
     out = {}
     captions = _world_captions(n)
     seeds = [caption_seed(0, i, 0) for i in range(n)]

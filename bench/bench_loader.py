@@ -10,7 +10,7 @@ used).
 
 Path: the trainer's own. A recipe per layout goes through `trainer.recipe.validate_recipe`,
 `trainer.streams.train_stream` (Composer + ShardStream, shards written by
-datagen.shards.ShardSetWriter) and `trainer.data.make_loader`, so decoding, `data.jpeg_draft`
+compclip.shardset.shards.ShardSetWriter) and `trainer.data.make_loader`, so decoding, `data.jpeg_draft`
 (PIL draft: DCT-domain downscale to >= 224 px), RandomResizedCrop, partner and neighbour fetch
 (through keys.tsv), negatives, tokenising and collating are what training does. Layouts, by
 images per anchor: plain 1; TROHN-Img 2 (generated partner image); NegCLIP-style 2 (neighbour

@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.common import log, summarize, timed, write_result  # noqa: E402
-from datagen.audit import sugarcrepe_captions  # noqa: E402
+from datagen.negatives.audit import sugarcrepe_captions  # noqa: E402
 from datagen.negatives.base import Coverage  # noqa: E402
 from datagen.negatives.rules import RuleNegativeGenerator, load_nlp, select_kinds  # noqa: E402
 from datagen.negatives.text import view  # noqa: E402

@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--sugarcrepe", default=str(ROOT.parent / "shared" / "benchmarks" / "sugarcrepe"))
     parser.add_argument("--out", default=None, help="results file (default bench/results/negclip_negatives.json)")
     args = parser.parse_args()
-    from datagen.audit import sugarcrepe_captions
+    from datagen.negatives.audit import sugarcrepe_captions
     from datagen.negatives.rules import RuleNegativeGenerator
     captions = sugarcrepe_captions(args.sugarcrepe)
     result = {"corpus": f"SugarCrepe distinct positive captions ({len(captions)})"}

@@ -6,7 +6,7 @@
 A caption set in Karpathy order (image after image, its 5 captions next to each other; one tiny
 fixture JPEG as every image, `json` = {source, image_id, coco_id}) is written twice with
 `ShardSetWriter` (10,000 samples per shard, as `prepare coco` writes): (a) `input order`, as
-the project wrote before issue 15, and (b) `global order`, the permutation `datagen.order`
+the project wrote before issue 15, and (b) `global order`, the permutation `compclip.shardset.order`
 gives every writer now (`shuffled(items, seed)`, as `run_generate` applies it). Each set is
 then streamed through the trainer's own data path, `trainer.data.ShardStream` + `make_loader`
 in resampled mode (shards drawn with replacement, shuffle buffer 2,000 unless a row says
@@ -87,14 +87,14 @@ def karpathy_items(images: int) -> list[tuple[int, int]]:
 
 def write_caption_set(out: Path, items: list[tuple[int, int]], order: dict,
                       shard_size: int = 10_000) -> dict:
-    from datagen.schema import ShardSample
-    from datagen.shards import ShardSetWriter
+    from compclip.shardset.schema import ShardSample
+    from compclip.shardset.shards import ShardSetWriter
     image = tiny_jpeg()
     with ShardSetWriter(out, max_count=shard_size, order=order) as writer:
         for image_id, j in items:
             writer.add(ShardSample(f"coco{image_id}_{j}", f"caption {j} of image {image_id}", image,
                                    meta={"source": "fixture", "image_id": image_id, "coco_id": image_id}))
-    from datagen.shards import read_manifest
+    from compclip.shardset.shards import read_manifest
     return read_manifest(out)
 
 
@@ -167,7 +167,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--work-dir", default=None, help="where the two sets go (default a temp folder)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    from datagen.order import input_order, shuffled, shuffled_order
+    from compclip.shardset.order import input_order, shuffled, shuffled_order
     images = args.images or (50_000 if args.quick else KARPATHY_TRAIN_IMAGES)
     batches = args.batches or (40 if args.quick else 200)
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="same_image_"))

@@ -314,9 +314,9 @@ def write_caption_shards(directory: str | Path, pairs: Sequence[tuple[str, str]]
     lengths for the trainer benches. Images: `image(i)` or the trainer's 32 px fixture scenes.
     `negatives` per sample (0-2): the pair's own hard negative, then the next pair's (a real
     COCO-length text); `partner` 'generated' / 'mirrored' (image + the next caption); `neighbours`
-    K with a keys.tsv index. Written through datagen.shards.ShardSetWriter (manifest features set)."""
-    from datagen.schema import Negative, Neighbour, Partner, ShardSample
-    from datagen.shards import KeyIndex, ShardSetWriter
+    K with a keys.tsv index. Written through compclip.shardset.shards.ShardSetWriter (manifest features set)."""
+    from compclip.shardset.schema import Negative, Neighbour, Partner, ShardSample
+    from compclip.shardset.shards import KeyIndex, ShardSetWriter
     from trainer.fixtures import COLOURS, scene_jpeg
     if not pairs:
         raise ValueError("write_caption_shards: no captions")

@@ -346,7 +346,7 @@ def section_datagen(neg, img, world, goals, notes) -> str:
         goals.append(["4. negatives captions/s per core", ">= 1,000", "not run", "-"])
     ex = _get(img, "exact_knn")
     if ex and isinstance(ex.get("exact", {}).get("seconds"), dict):
-        rows = [["exact kNN (datagen.knn, method exact)", fmt_stat(ex["exact"]["seconds"]),
+        rows = [["exact kNN (datagen.images.knn, method exact)", fmt_stat(ex["exact"]["seconds"]),
                  fmt_stat(ex["exact"]["ratio_to_bound"], "x")],
                 ["BLAS bound: N x N products alone (numpy)", fmt_stat(ex["blas_bound_s"]), "1.00x"],
                 ["peak bound: same FLOPs at the best GEMM rate", fmt_num(ex["peak_bound_s"]), "-"]]

@@ -3,7 +3,7 @@
     with hold(out):          # raises InputError (exit 2) naming the holder if another run writes there
         ...write...
 
-The lock is `trainer.runlock`'s (`<out>/run.lock`, JSON naming pid, host and start time, created
+The lock is `compclip.runlock`'s (`<out>/run.lock`, JSON naming pid, host and start time, created
 with O_EXCL), taken before the first write into the folder and removed when the block ends,
 however it ends. A lock whose process is provably gone (a killed run on this host) is taken over
 with a note on stderr; a live one makes the second writer stop with one line naming the holder,
@@ -14,7 +14,7 @@ once, released by the outer block.
 Who takes it: the `python -m datagen` commands where they record their options (`pin` in
 datagen/__main__.py: stitch, knn, genimages, prepare coco|trohn|cocobank, shuffle), the
 negatives pipeline (`run_generate`: `negatives generate` and stage 1 of `prepare coco`) and
-`world build`. `trainer.runlock` imports nothing heavy.
+`world build`. `compclip.runlock` imports nothing heavy.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from compclip.cli import InputError, note
-from trainer import runlock
+from compclip import runlock
 
 _HELD: dict[Path, int] = {}  # output folders this process holds -> depth of nested holds
 

@@ -36,7 +36,7 @@ import logging
 from pathlib import Path
 from typing import Optional
 
-from models.checkpoint import atomic_write
+from compclip.fileio import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def read(data_root: str | Path) -> dict:
 
 def _write_json(data_root: Path, name: str, data: dict) -> None:
     """`<data_root>/<name>` replaced atomically (a temporary file renamed over it), with the mode a
-    plain `open()` gives (`models.checkpoint.atomic_write`)."""
+    plain `open()` gives (`compclip.fileio.atomic_write`)."""
     atomic_write(data_root / name, lambda f: json.dump(data, f, indent=1, sort_keys=True), "w")
 
 

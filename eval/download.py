@@ -44,7 +44,7 @@ from typing import Iterable, Optional
 from compclip.cli import RunFault, one_line, progress
 from eval import checksums
 from eval.checksums import digest
-from models.checkpoint import default_mode
+from compclip.fileio import default_mode
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ from PIL import Image
 from torch import Tensor, nn
 
 from eval.precision import dtype_of, lowered_copy
+from models.encode import OpenClipEncoder
 
 
 class TextScorer(ABC):
@@ -43,56 +44,24 @@ class Scorer(TextScorer):
         """[len(images), D] in `dtype`, L2-normalised."""
 
 
-class OpenClipScorer(Scorer):
-    """Scores with an open_clip model: loaded by `models.load_model`, or the one being trained."""
+class OpenClipScorer(OpenClipEncoder, Scorer):
+    """Scores with an open_clip model: loaded by `models.load_model`, or the one being trained.
+    The batched embedding is `models.encode.OpenClipEncoder`'s; `precision` runs the towers on a
+    reduced-precision copy."""
 
     def __init__(self, model: nn.Module, preprocess, tokenizer, name: str = "open_clip",
                  batch_size: int = 256, device: str | torch.device = "cpu", precision: str = "fp32"):
-        self.model, self.preprocess, self.tokenizer = model, preprocess, tokenizer
-        self.name, self.batch_size, self.device = name, batch_size, torch.device(device)
-        dtype_of(precision)  # unknown names fail here
+        super().__init__(model, preprocess, tokenizer, name, batch_size, device, out_dtype=dtype_of(precision))
         self.precision = precision
         self._low = None  # the reduced-precision copy, made at the first encode
 
     def _model(self) -> nn.Module:
-        model = getattr(self.model, "module", self.model)
+        model = super()._model()
         if self.precision == "fp32":
             return model
         if self._low is None:  # weights as they are now; a new scorer sees later training steps
             self._low = lowered_copy(model, self.precision)
         return self._low
-
-    @classmethod
-    def from_loaded(cls, loaded, **kwargs) -> "OpenClipScorer":
-        kwargs.setdefault("name", loaded.info.arch + (f":{loaded.info.pretrained}" if loaded.info.pretrained else ""))
-        return cls(loaded.model, loaded.preprocess, loaded.tokenizer, **kwargs)
-
-    def encode_texts(self, texts: Sequence[str]) -> Tensor:
-        def encode(model, chunk):
-            return model.encode_text(self.tokenizer(list(chunk)).to(self.device))
-        return self._encode(texts, encode)
-
-    def encode_images(self, images: Sequence[Image.Image]) -> Tensor:
-        def encode(model, chunk):
-            pixels = torch.stack([self.preprocess(im) for im in chunk]).to(self.device, self.dtype)
-            return model.encode_image(pixels)
-        return self._encode(images, encode)
-
-    def encode_image_tensors(self, pixels: Tensor) -> Tensor:
-        """`encode_images` for images already through `preprocess` ([N, 3, H, W]): same batches."""
-        return self._encode(pixels, lambda model, chunk: model.encode_image(chunk.to(self.device)))
-
-    @torch.no_grad()
-    def _encode(self, items: Sequence, encode) -> Tensor:
-        model = self._model()
-        was_training = model.training
-        model.eval()
-        try:
-            out = [encode(model, items[i:i + self.batch_size]).to(self.dtype)
-                   for i in range(0, len(items), self.batch_size)]
-        finally:
-            model.train(was_training)  # scoring leaves the caller's train/eval state as it was
-        return F.normalize(torch.cat(out), dim=-1).cpu() if out else torch.empty(0, dtype=self.dtype)
 
 
 class SentenceTransformerScorer(TextScorer):

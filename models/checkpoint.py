@@ -6,8 +6,8 @@
 recipe, step, epoch, metrics, the precision training ran in, recipe changes accepted on resume). Every
 file is written to a temporary name, flushed and renamed, and the pointer `<dir>/latest` is moved only
 after both files are complete, so a kill mid-save never leaves a torn checkpoint as the latest one.
-`atomic_write` gives its files the mode a plain `open()` would (0666 less the umask), not the 0600
-of its temporary file.
+`compclip.fileio.atomic_write` gives its files the mode a plain `open()` would (0666 less the umask),
+not the 0600 of its temporary file.
 
 `resolve_checkpoint(path)` is the one reading of "a checkpoint" every command accepts (docs/cli.md):
 a checkpoint file, a pointer file (`best`, `latest`), a run's `checkpoints/` folder or the run
@@ -18,17 +18,16 @@ one line naming the path and the fix.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from typing import TYPE_CHECKING
 
 from compclip.cli import InputError
+from compclip.fileio import atomic_write, current_umask, default_mode  # noqa: F401 (re-exported)
 
-if TYPE_CHECKING:  # torch is imported where weights are saved: datagen imports atomic_write alone
+if TYPE_CHECKING:  # torch is imported where weights are saved
     from torch import nn
 
 FORMAT_VERSION = 1
@@ -62,46 +61,6 @@ class CheckpointMeta:
     precision: Optional[str] = None  # what training ran in (recipe.precision fp16/bf16 runs as fp32 on CPU)
     recipe_changes: list[dict[str, Any]] = field(default_factory=list)  # [{"step", "changes": {key: [old, new]}}]
     format: int = FORMAT_VERSION
-
-
-def current_umask() -> int:
-    """The process's umask, read without changing it (Linux: /proc/self/status; elsewhere set and
-    restored at once)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def default_mode(executable: bool = False) -> int:
-    """The mode `open()` gives a new file (0666, or 0777 for an executable, less the umask)."""
-    return (0o777 if executable else 0o666) & ~current_umask()
-
-
-def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "wb") -> Path:
-    """Write `path` through `write(fileobj)` into a temporary file, fsync, then rename. The file gets
-    the mode `open()` would give it (`default_mode`), not mkstemp's 0600."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as handle:
-            os.fchmod(handle.fileno(), default_mode())
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 def sidecar_path(checkpoint: str | Path) -> Path:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from datagen.__main__ import build_parser, main
-from datagen.shards import read_manifest, update_manifest
-from datagen.stitch import write_stitched
+from compclip.shardset.shards import read_manifest, update_manifest
+from datagen.images.stitch import write_stitched
 
 HEAVY = ("numpy", "PIL", "torch", "open_clip", "spacy")
 
@@ -124,13 +124,13 @@ def test_inputs_that_are_not_shard_sets_are_one_line_errors(src, tmp_path, capsy
 def test_knn_takes_the_architecture_from_a_run_folder(src, tmp_path, micro_model, monkeypatch):
     """`--pretrained RUN` with no `--arch`: the checkpoint that run's `latest` points to, built as
     the architecture its sidecar names (before: `--arch` defaulted to ViT-B-32 and was refused)."""
-    import datagen.__main__ as cli
+    from datagen.images import cli
     from models import CheckpointMeta, save_checkpoint
     ckpts = tmp_path / "run" / "checkpoints"
     path = save_checkpoint(ckpts, "step-0000002", micro_model.model,
                            CheckpointMeta(arch="micro-vit-32", activation="gelu", lineage="none"))
     seen = {}
-    monkeypatch.setattr(cli, "_scorer", lambda args: seen.update(arch=args.arch, pretrained=args.pretrained)
+    monkeypatch.setattr(cli, "load_scorer", lambda args: seen.update(arch=args.arch, pretrained=args.pretrained)
                         or (_ for _ in ()).throw(SystemExit(0)))
     with pytest.raises(SystemExit):
         main(["knn", "--src", str(src), "--out", str(tmp_path / "o"), "--pretrained", str(tmp_path / "run")])
@@ -236,7 +236,7 @@ def recorded(out: Path, options: dict, file: str = "manifest.json") -> None:
 
 
 def test_a_set_with_no_complete_shard_takes_new_options(tmp_path):
-    from datagen.shards import pin_options
+    from compclip.shardset.shards import pin_options
     pin_options(tmp_path, {"--k": 2, "--dtype": "float16"})
     assert pin_options(tmp_path, {"--k": 3}) == {"--k": 3}  # a run stopped before its first shard
     assert read_manifest(tmp_path)["options"] == {"--k": 3}
@@ -298,7 +298,7 @@ def test_shuffle_takes_src_and_out_and_the_old_positional_form(src, tmp_path, ca
 
 # ------------------------------------------------------------------ one writer per --out (S5)
 
-HOLD = ("import sys\nfrom pathlib import Path\nfrom trainer import runlock\n"
+HOLD = ("import sys\nfrom pathlib import Path\nfrom compclip import runlock\n"
         "locks = [runlock.acquire(Path(out)) for out in sys.argv[1:]]\n"
         "print('held', flush=True)\nsys.stdin.read()\n"
         "for lock in locks:\n    runlock.release(lock)\n")
@@ -372,7 +372,7 @@ def test_two_stitch_runs_with_other_canvases_do_not_mix(tmp_path, repo_root):
     refused before it writes (before: both ran, the set ended `complete: true` with 32- and
     64-pixel images mixed); the first's shards are intact and all 32 x 32."""
     from PIL import Image
-    from datagen.shards import iter_raw_samples, verify_shard_set
+    from compclip.shardset.shards import iter_raw_samples, verify_shard_set
     bank, out = make_bank(tmp_path / "bank"), tmp_path / "lr"
     args = ["stitch", "--bank", str(bank), "--out", str(out), "--n", "200000", "--max-count", "20", "--quiet"]
     first = subprocess.Popen([sys.executable, "-m", "datagen", *args, "--canvas", "32"], cwd=repo_root,
@@ -405,7 +405,7 @@ def test_the_lock_of_a_killed_writer_is_taken_over_and_every_run_releases_it(tmp
                                               "started": time.time() - 60, "slurm_job": None}))
     args = ["stitch", "--bank", str(bank), "--out", str(out), "--n", "4", "--canvas", "32", "--quiet"]
     assert main(args) == 0  # a lock whose process is gone (a killed run) is taken over, with a note
-    assert str(out / "run.lock") in capsys.readouterr().err  # trainer.runlock's note names it
+    assert str(out / "run.lock") in capsys.readouterr().err  # compclip.runlock's note names it
     assert not (out / "run.lock").exists()  # released at the end
     assert main(args[:-3] + ["--canvas", "48", "--quiet"]) == 2  # refused: released as well
     assert "this output was started with --canvas 32x32" in _one_error(capsys)
@@ -449,7 +449,7 @@ def test_every_writer_refuses_to_resume_from_a_changed_input(name, src, tmp_path
     refused in one line naming the input and what changed (before: it resumed, mixing old and
     new input in one set), and nothing is written."""
     import shutil
-    from datagen.fingerprint import fingerprint
+    from compclip.shardset.fingerprint import fingerprint
     argv, which, edit = CHANGED_INPUTS[name]
     src = Path(shutil.copytree(src, tmp_path / "src"))
     argv, path = argv(src, tmp_path), which(src, tmp_path)

@@ -12,8 +12,8 @@ from datagen.__main__ import main
 from datagen.prepare.coco import prepare_coco
 from datagen.prepare.exclude import benchmark_exclusion
 from datagen.prepare.trohn import prepare_trohn
-from datagen.shards import iter_raw_samples, read_image_ids, read_manifest, shard_urls
-from eval.image_ids import coco_ids_of
+from compclip.shardset.shards import iter_raw_samples, read_image_ids, read_manifest, shard_urls
+from compclip.shardset.benchmark_ids import coco_ids_of
 from tests.test_prepare import CAPTIONS, coco, file_name, jpeg, trohn_text_rows  # noqa: F401
 
 

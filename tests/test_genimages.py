@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from datagen.genimages import (DiffusersBackend, RendererBackend, caption_seed, generate_picked,
+from datagen.images.genimages import (DiffusersBackend, RendererBackend, caption_seed, generate_picked,
                                tiny_pipeline, write_generated, write_generated_object_bank)
-from datagen.schema import Negative, ShardSample
-from datagen.shards import ShardSetWriter, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
-from datagen.stitch import load_object_bank, make_pair
+from compclip.shardset.schema import Negative, ShardSample
+from compclip.shardset.shards import ShardSetWriter, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
+from datagen.images.stitch import load_object_bank, make_pair
 
 
 class FakeParseError(ValueError):
@@ -132,7 +132,7 @@ def test_tiny_diffusers_backend_writes_seeded_partners(src, tmp_path, tiny_backe
     row = 5  # regenerating one caption alone (another batch) gives the same image
     alone = tiny_backend.generate([first[row].partner.caption], [caption_seed(0, row, first[row].partner.negative_index, 0)])[0]
     got = np.asarray(Image.open(io.BytesIO(first[row].partner.image)).convert("RGB"), int)
-    from datagen.imageio import encode_image
+    from compclip.shardset.imageio import encode_image
     again = np.asarray(Image.open(io.BytesIO(encode_image(alone))).convert("RGB"), int)
     diff = np.abs(got - again)  # batch composition changes float rounding, JPEG amplifies it
     assert diff.mean() < 0.5 and diff.max() <= 16

@@ -1,4 +1,4 @@
-"""eval/image_ids.py: the COCO ids each benchmark scores, on the real shared benchmark files and
+"""compclip/shardset/benchmark_ids.py: the COCO ids each benchmark scores, on the real shared benchmark files and
 on fixtures for the parts whose files are not shared (BiVLC, ARO, retrieval)."""
 import csv
 import json
@@ -7,7 +7,7 @@ import shutil
 import datasets
 import pytest
 
-from eval.image_ids import (ImageIdError, benchmark_coco_ids, benchmark_ids, coco_id_from_name,
+from compclip.shardset.benchmark_ids import (ImageIdError, benchmark_coco_ids, benchmark_ids, coco_id_from_name,
                             coco_ids_of)
 
 

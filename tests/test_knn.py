@@ -9,12 +9,14 @@ from PIL import Image
 
 import faiss
 
-from datagen import knn
-from datagen.knn import (BlasFlatIP, Embeddings, brute_force, embed_shard_set, find_neighbours, image_hash,
-                         load_embeddings, measure_recall, run_knn, self_join_topk, write_neighbours)
-from datagen.knn import _ties_by_id
-from datagen.schema import ShardSample
-from datagen.shards import KeyIndex, ShardSetWriter, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
+from compclip.compat import blas
+from datagen.images import knn_selfjoin
+from datagen.images.knn import (BlasFlatIP, Embeddings, brute_force, embed_shard_set, find_neighbours,
+                                load_embeddings, measure_recall, run_knn, write_neighbours)
+from datagen.images.knn_images import image_hash
+from datagen.images.knn_selfjoin import self_join_topk, ties_by_id
+from compclip.shardset.schema import ShardSample
+from compclip.shardset.shards import KeyIndex, ShardSetWriter, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
 from eval.scorer import OpenClipScorer
 
 
@@ -61,7 +63,7 @@ def test_self_join_equals_the_full_search(n, data):
     scores, ids = self_join_topk(x, k, block=64, probe=16)
     flat = faiss.IndexFlatIP(x.shape[1])
     flat.add(x)
-    ref_scores, ref_ids = _ties_by_id(*flat.search(x, min(k + 1, n)))
+    ref_scores, ref_ids = ties_by_id(*flat.search(x, min(k + 1, n)))
     np.testing.assert_allclose(scores, ref_scores[:, :k], atol=1e-5)
     # faiss keeps no fixed one of the ids tied across its k-th place, and rounds a duplicate's
     # product its own way; compare ids where neither matters (with exact products: most rows)
@@ -80,7 +82,7 @@ def test_self_join_equals_the_full_search(n, data):
 
 @pytest.mark.parametrize("share", [0.0, 1.0])  # always two comparison passes / always one
 def test_self_join_block_size_does_not_change_the_answer(share, monkeypatch):
-    monkeypatch.setattr(knn, "ONE_PASS_SHARE", share)
+    monkeypatch.setattr(knn_selfjoin, "ONE_PASS_SHARE", share)
     x = tied_vectors(np.random.default_rng(7), 300, 5)
     answers = [self_join_topk(x, 6, block=b, probe=p, threads=t)
                for b, p, t in [(300, 256, 1), (7, 3, 3), (64, 300, 2), (1000, 1, 1), (16, 8, 1)]]
@@ -93,21 +95,22 @@ def test_self_join_block_size_does_not_change_the_answer(share, monkeypatch):
 
 @pytest.mark.parametrize("data", ["unit", "ties"])
 def test_self_join_diagonal_blocks_by_syrk_give_the_full_products_answer(data, monkeypatch):
-    """Diagonal block pairs compute one triangle (BLAS syrk); without scipy they take the full
-    product: the answers are the same, and syrk is really called on every diagonal block."""
+    """Diagonal block pairs compute one triangle (BLAS syrk); outside the checked scipy versions
+    they take numpy's full product (`numpy_syrk`): the answers are the same, and syrk is really
+    called on every diagonal block."""
     rng = np.random.default_rng(3)
     x = unit(rng, 333, 12) if data == "unit" else tied_vectors(rng, 333, 6)
     calls = []
-    real = knn._syrk()
+    real = blas.scipy_ssyrk()
     assert real is not None  # scipy comes with scikit-learn
 
     def counted(x, out):
         calls.append(len(x))
         return real(x, out)
-    monkeypatch.setattr(knn, "_syrk", lambda: counted)
+    monkeypatch.setattr(knn_selfjoin, "ssyrk", lambda: counted)
     with_syrk = [self_join_topk(x, 7, block=b, probe=16, threads=t) for b, t in [(64, 1), (50, 2), (333, 1)]]
     assert sorted(calls) == sorted([64] * 5 + [13] + [50] * 6 + [33] + [333])
-    monkeypatch.setattr(knn, "_syrk", lambda: None)
+    monkeypatch.setattr(knn_selfjoin, "ssyrk", lambda: blas.numpy_syrk)
     sims = x.astype(np.float64) @ x.T.astype(np.float64)
     # integer data: every product exact, ties real; unit data: rows whose top 8 are 1e-5 apart
     clear = (np.abs(np.diff(np.sort(sims, 1)[:, ::-1][:, :8], axis=1)) > 1e-5).all(1) if data == "unit" \
@@ -128,7 +131,7 @@ def test_self_join_syrk_lets_other_threads_run():
     import time
     x = np.random.default_rng(0).standard_normal((3072, 512)).astype(np.float32)
     out = np.empty((3072, 3072), np.float32)
-    syrk, started, done, seen, call = knn._syrk(), threading.Event(), threading.Event(), [], []
+    syrk, started, done, seen, call = blas.scipy_ssyrk(), threading.Event(), threading.Event(), [], []
 
     def worker():
         started.set()

@@ -8,7 +8,7 @@ from datagen.negatives import NEGATIVE_FNS, NegativeGenerator
 from datagen.negatives.base import normalise
 from datagen.negatives.rules import RuleNegativeGenerator, load_nlp
 from datagen.negatives.vocab import ATTRIBUTE_GROUPS, Vocabulary, is_synonym
-from datagen.schema import SUBKINDS
+from compclip.shardset.schema import SUBKINDS
 
 # caption -> the one negative each swap type can make from it
 SWAPS = [

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from datagen import audit
+from datagen.negatives import audit
 from datagen.negatives.base import normalise
 
 

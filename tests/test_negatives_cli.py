@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from datagen.negatives.__main__ import main as cli
-from datagen.shards import read_manifest
+from compclip.shardset.shards import read_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTIONS = [f"A {adj} {who} is {verb} on a {adj2} {place} with a {what}."

@@ -6,11 +6,11 @@ from itertools import product
 
 import pytest
 
-from datagen.captions_io import InputError, read_items
+from datagen.negatives.captions_io import InputError, read_items
 from datagen.negatives.__main__ import main as cli
 from datagen.negatives.pipeline import run_generate
-from datagen.schema import ShardSample
-from datagen.shards import ShardSetWriter, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
+from compclip.shardset.schema import ShardSample
+from compclip.shardset.shards import ShardSetWriter, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
 
 ADJ = ["red", "small", "old", "wooden"]
 NOUN = ["dog", "man", "table", "horse", "woman"]
@@ -117,7 +117,7 @@ def test_generate_text_only_shards_and_skip_counts(tmp_path):
 
 def hand_negatives():
     """Six captions' negatives with a known coverage (see `test_coverage_per_kind_on_hand_lists`)."""
-    from datagen.schema import Negative
+    from compclip.shardset.schema import Negative
     neg = lambda label: Negative("x", *label.split(":"))  # noqa: E731
     return [[neg("swap:obj"), neg("swap:att"), neg("replace:obj")], [neg("swap:noun")], [],
             [neg("add:obj"), neg("add:obj")], [neg("replace:rel"), neg("add:att")], [neg("swap:obj")]]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from datagen import audit
+from datagen.negatives import audit
 from datagen.negatives.plausibility import HFCausalLMScorer, NgramLM, PlausibilityFilter, tokens
 from datagen.negatives.rules import RuleNegativeGenerator, load_nlp
 from datagen.negatives.text import article_for, render, view
@@ -270,7 +270,7 @@ def test_non_english_captions_are_rejected(captions):
 
 
 def test_decode_errors_name_the_real_line(tmp_path):
-    from datagen.captions_io import InputError, read_items
+    from datagen.negatives.captions_io import InputError, read_items
     rows = ["filepath,caption"] + [f"{i}.jpg,A dog number {i} on a bench." for i in range(50)]
     for bad_line in (3, 40):
         data = "\n".join(rows).encode()

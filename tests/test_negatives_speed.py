@@ -28,8 +28,8 @@ import pytest
 
 from datagen.negatives.base import _PUNCT, _SPACE, normalise
 from datagen.negatives.plausibility import _TOKEN, BOS, EOS, NgramLM, tokens
-from datagen.schema import ShardSample
-from datagen.shards import ShardSetWriter, read_image_ids
+from compclip.shardset.schema import ShardSample
+from compclip.shardset.shards import ShardSetWriter, read_image_ids
 
 GOLDEN = {  # issue 17's rules as of session 29 (update when the rules change on purpose)
     "sample": {
@@ -62,7 +62,7 @@ def _hashes(captions: list[str], tmp_path, **options) -> dict[str, str]:
 
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_output_is_what_main_wrote(run, shared_benchmarks, tmp_path):
-    from datagen.audit import sugarcrepe_captions
+    from datagen.negatives.audit import sugarcrepe_captions
     options, count = RUNS[run]
     captions = [c.replace('"', "'") for c in sugarcrepe_captions(shared_benchmarks / "sugarcrepe")[:count]]
     assert _hashes(captions, tmp_path, **options) == GOLDEN[run]

@@ -65,7 +65,7 @@ def _digest(value) -> str:
 
 @pytest.fixture(scope="module")
 def captions(shared_benchmarks):
-    from datagen.audit import sugarcrepe_captions
+    from datagen.negatives.audit import sugarcrepe_captions
     caps = sugarcrepe_captions(shared_benchmarks / "sugarcrepe")
     assert len(caps) == 4345
     return caps

@@ -7,7 +7,7 @@ import tarfile
 import pytest
 
 from datagen.negatives.__main__ import main as cli
-from datagen.shards import read_manifest
+from compclip.shardset.shards import read_manifest
 from tests.test_negclip_parity import reference
 from tests.test_prepare import CAPTIONS as COCO_CAPTIONS, coco, samples  # noqa: F401 (coco: a fixture)
 
@@ -130,7 +130,7 @@ def test_prepare_coco_builds_negclips_data(coco, tmp_path, capsys):
     """docs/data_prep.md's NegCLIP command on a small COCO (6 images x 2 captions): the first
     caption of each image, NegCLIP's negatives only, every sample and neighbour with one."""
     from datagen.__main__ import main
-    from datagen.shards import KeyIndex
+    from compclip.shardset.shards import KeyIndex
     out = tmp_path / "coco_negclip"
     assert main(["prepare", "coco", "--captions", str(coco / "captions_train2017.json"), "--images",
                  str(coco / "train2017"), "--out", str(out), "--rules", "negclip", "--mode", "all",

@@ -1,5 +1,5 @@
-"""Seeded global order of every shard set (datagen.order) and the two-pass bounded-memory shuffle
-(datagen.shuffle, `python -m datagen shuffle`): reproducible from the seed, different across
+"""Seeded global order of every shard set (compclip.shardset.order) and the two-pass bounded-memory shuffle
+(compclip.shardset.shuffle, `python -m datagen shuffle`): reproducible from the seed, different across
 seeds, the captions of one image not next to each other, resumable after a kill in the same
 order, a resume with another seed refused in one line, every sample exactly once."""
 import json
@@ -9,12 +9,12 @@ import pytest
 
 from datagen.__main__ import main
 from datagen.negatives.pipeline import run_generate
-from datagen.order import OrderMismatch, permutation, shuffled, shuffled_order
-from datagen.schema import ShardSample
-from datagen.shards import ShardSetWriter, iter_raw_samples, read_image_ids, read_manifest, shard_urls
-from datagen.shuffle import shuffle_shard_set
+from compclip.shardset.order import OrderMismatch, permutation, shuffled, shuffled_order
+from compclip.shardset.schema import ShardSample
+from compclip.shardset.shards import ShardSetWriter, iter_raw_samples, read_image_ids, read_manifest, shard_urls
+from compclip.shardset.shuffle import shuffle_shard_set
 from datagen.world import write_object_bank
-from datagen.stitch import write_stitched
+from datagen.images.stitch import write_stitched
 
 TINY_JPEG = b"\xff\xd8\xff\xe0 not decoded by the shard writer or verify_shard_set"
 WORDS = ["dog", "cat", "horse", "bus", "kite", "table", "plate", "train", "bird", "truck"]

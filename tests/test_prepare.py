@@ -14,14 +14,14 @@ import torch
 from PIL import Image
 
 from datagen.__main__ import main
-from datagen.imageio import BadImage
-from datagen.order import shuffled
+from compclip.shardset.imageio import BadImage
+from compclip.shardset.order import shuffled
 from datagen.prepare.coco import prepare_coco
 from datagen.prepare.imagefiles import ImageFiles, MissingImage
 from datagen.prepare.labels import PairLabeller
 from datagen.prepare.trohn import RowError, prepare_trohn
-from datagen.schema import ShardSample
-from datagen.shards import (KeyIndex, iter_raw_samples, read_image_ids, read_manifest, shard_urls,
+from compclip.shardset.schema import ShardSample
+from compclip.shardset.shards import (KeyIndex, iter_raw_samples, read_image_ids, read_manifest, shard_urls,
                             verify_shard_set)
 from trainer.compose import Composer
 from trainer.data import DataError, check_features, resolve_sources

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from datagen.schema import SUBKINDS, Negative, Neighbour, Partner, ShardSample
-from datagen.shards import KeyIndex, ShardSetWriter
+from compclip.shardset.schema import SUBKINDS, Negative, Neighbour, Partner, ShardSample
+from compclip.shardset.shards import KeyIndex, ShardSetWriter
 from trainer import train
 from trainer.fixtures import COLOURS, scene_jpeg, train_in_process
 from trainer.recipe import Recipe, load_recipe

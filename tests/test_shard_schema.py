@@ -5,8 +5,8 @@ import pytest
 import webdataset as wds
 from PIL import Image
 
-from datagen.schema import Negative, Neighbour, Partner, SchemaError, ShardSample
-from datagen.shards import KeyIndex, ShardSetWriter, iter_raw_samples, shard_urls, verify_shard_set
+from compclip.shardset.schema import Negative, Neighbour, Partner, SchemaError, ShardSample
+from compclip.shardset.shards import KeyIndex, ShardSetWriter, iter_raw_samples, shard_urls, verify_shard_set
 
 
 def jpeg(color) -> bytes:
@@ -96,7 +96,7 @@ def test_resume_after_kill_gives_identical_shards(tmp_path):
 
 
 def writer_manifest(path):
-    from datagen.shards import read_manifest
+    from compclip.shardset.shards import read_manifest
     return read_manifest(path)
 
 

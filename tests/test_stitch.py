@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from datagen.schema import ShardSample
-from datagen.shards import iter_raw_samples, read_manifest, shard_urls, verify_shard_set
-from datagen.stitch import article, load_object_bank, make_pair, object_name, write_stitched
+from compclip.shardset.schema import ShardSample
+from compclip.shardset.shards import iter_raw_samples, read_manifest, shard_urls, verify_shard_set
+from datagen.images.stitch import article, load_object_bank, make_pair, object_name, write_stitched
 
 COLOURS = {"red_circle": (255, 0, 0), "green_square": (0, 255, 0), "blue_circle": (0, 0, 255),
            "yellow_triangle": (255, 255, 0)}
@@ -215,14 +215,14 @@ def test_cli_stitch_refuses_a_changed_canvas_on_resume(bank_dir, tmp_path, monke
     """A killed 128 px run resumed with --canvas 64 must not mix 64 px shards into the set."""
     import functools
 
-    import datagen.stitch
+    import datagen.images.stitch
     from datagen.__main__ import main
     out = tmp_path / "o"
     args = ["stitch", "--bank", str(bank_dir), "--out", str(out), "--n", "6", "--max-count", "2"]
-    real = datagen.stitch.write_stitched
-    monkeypatch.setattr(datagen.stitch, "write_stitched", functools.partial(real, stop_after=3))
+    real = datagen.images.stitch.write_stitched
+    monkeypatch.setattr(datagen.images.stitch, "write_stitched", functools.partial(real, stop_after=3))
     assert main(args + ["--canvas", "128"]) == 0  # killed after 3 pairs: one complete shard
-    monkeypatch.setattr(datagen.stitch, "write_stitched", real)
+    monkeypatch.setattr(datagen.images.stitch, "write_stitched", real)
     capsys.readouterr()
     assert len(read_manifest(out)["shards"]) == 1
     assert main(args + ["--canvas", "64"]) == 2
@@ -250,7 +250,7 @@ def test_cli_stitch_shows_progress_unless_quiet(bank_dir, tmp_path, capsys):
 
 
 def test_image_helpers_name_the_bad_file_and_encode_deterministically(tmp_path):
-    from datagen.imageio import BadImage, decode_image, encode_image, load_image_file
+    from compclip.shardset.imageio import BadImage, decode_image, encode_image, load_image_file
     image = Image.new("RGB", (20, 10), (10, 200, 30))
     data = encode_image(image, "png")
     assert encode_image(image, "png") == data and encode_image(image, "jpg") == encode_image(image, "jpg")

@@ -148,7 +148,7 @@ def test_accumulation_with_feature_cache_equals_big_batch(tmp_path, shards):
 
 
 def _raws(shards, n):
-    from datagen.shards import iter_raw_samples
+    from compclip.shardset.shards import iter_raw_samples
     return list(iter_raw_samples(sorted(shards.glob("*.tar"))[0]))[:n]
 
 
@@ -210,7 +210,7 @@ def test_negative_padding_is_logged_every_step(tmp_path, per_image, per_partner,
     """Every sample has one swap; with 2 anchor columns each, 8 of a step's 16 anchor columns are
     padding and none of its 8 neighbour columns: 1/3. No negative columns: not logged."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from datagen.schema import Negative
+    from compclip.shardset.schema import Negative
     from trainer.fixtures import write_negative_shards
     shards = write_negative_shards(tmp_path / "set", [[Negative(f"neg {i}", "swap", "noun")] for i in range(32)],
                                    neighbours=1)

@@ -43,8 +43,8 @@ def test_batches_follow_the_layout_with_partners(micro_model, shards, partner):
 
 
 def test_negatives_sampled_filtered_and_padded(micro_model, shards):
-    from datagen.schema import ShardSample
-    from datagen.shards import iter_raw_samples
+    from compclip.shardset.schema import ShardSample
+    from compclip.shardset.shards import iter_raw_samples
     comp = composer(micro_model, negatives_per_image=3, kinds=("swap", "add"))
     raws = list(iter_raw_samples(sorted(shards["generated"].glob("*.tar"))[0]))[:4]
     items = [comp.item(r, random.Random(i)) for i, r in enumerate(raws)]
@@ -59,7 +59,7 @@ def test_negatives_sampled_filtered_and_padded(micro_model, shards):
 
 
 def test_generated_partner_negative_not_repeated(micro_model, shards):
-    from datagen.shards import iter_raw_samples
+    from compclip.shardset.shards import iter_raw_samples
     comp = composer(micro_model, partner="generated", negatives_per_image=3)
     for raw in list(iter_raw_samples(sorted(shards["generated"].glob("*.tar"))[0]))[:8]:
         item = comp.item(raw, random.Random(0))
@@ -156,8 +156,8 @@ def mixed_stream(micro_model, mix, source_batch=(6, 2), batches=4, workers=0, ba
 
 
 def test_mixed_batch_has_exact_counts_with_partner_bearing_anchors_first(micro_model, mix):
-    from datagen.schema import ShardSample
-    from datagen.shards import iter_raw_samples
+    from compclip.shardset.schema import ShardSample
+    from compclip.shardset.shards import iter_raw_samples
     samples = [ShardSample.from_wds(r) for tar in sorted(mix[1].glob("*.tar")) for r in iter_raw_samples(tar)]
     partner_caption = {s.key: s.partner.caption for s in samples}
     s = mixed_stream(micro_model, mix, negatives_per_image=1)
@@ -226,7 +226,7 @@ def test_mixed_features_are_asked_only_of_sources_that_carry_them(shards, mix):
 
 def test_uint8_from_workers_normalised_on_the_device_equals_the_float_transform(micro_model, shards):
     """split_normalize + DeviceNormalize: the model sees exactly open_clip's transform's floats."""
-    from datagen.shards import iter_raw_samples, shard_urls
+    from compclip.shardset.shards import iter_raw_samples, shard_urls
     from trainer.transforms import split_normalize
     samples = list(iter_raw_samples(shard_urls(shards["plain"])[0]))[:4]
     for transform in (micro_model.preprocess, micro_model.preprocess_train):
@@ -272,14 +272,14 @@ def test_large_jpegs_are_decoded_at_a_reduced_size(micro_model):
 # --- negatives of neighbour partners, the draw, the pre-flight padding estimate, negatives.rules ----
 
 def raw_samples(path):
-    from datagen.shards import iter_raw_samples, shard_urls
+    from compclip.shardset.shards import iter_raw_samples, shard_urls
     return [raw for url in shard_urls(path) for raw in iter_raw_samples(url)]
 
 
 def test_partner_negatives_come_from_the_neighbours_neg_json(micro_model, tmp_path):
     """Even samples have 3 swaps (+ a replace the recipe leaves out), odd ones no neg.json; each
     sample's one neighbour is the next, so even anchors' neighbours have none (padding)."""
-    from datagen.schema import Negative
+    from compclip.shardset.schema import Negative
     from trainer.fixtures import write_negative_shards
     negatives = [[Negative(f"neg {i} {j}", "swap", "noun") for j in range(3)] + [Negative(f"other {i}", "replace", "att")]
                  if i % 2 == 0 else [] for i in range(8)]
@@ -300,7 +300,7 @@ def test_partner_negatives_come_from_the_neighbours_neg_json(micro_model, tmp_pa
 
 def test_by_subkind_draws_a_subkind_first(micro_model, tmp_path):
     """1 candidate of sub-kind A, 9 of B: by_subkind picks A half the time, uniform a tenth."""
-    from datagen.schema import Negative
+    from compclip.shardset.schema import Negative
     from trainer.fixtures import write_negative_shards
     negatives = [Negative("swap A", "swap", "noun")] + [Negative(f"swap B{j}", "swap", "adjective") for j in range(9)]
     raw = raw_samples(write_negative_shards(tmp_path / "set", [negatives]))[0]
@@ -328,7 +328,7 @@ def test_padding_fraction_counts_missing_anchor_and_partner_columns():
 @pytest.mark.parametrize("without, warned", [(1, False), (2, True)])
 def test_padding_warning_above_one_percent(tmp_path, without, warned):
     """150 samples with one swap each but `without` of them: 0.7 % padding is quiet, 1.3 % warns."""
-    from datagen.schema import Negative
+    from compclip.shardset.schema import Negative
     from trainer.data import padding_warning
     from trainer.fixtures import write_negative_shards
     negatives = [[] if i < without else [Negative(f"neg {i}", "swap", "noun"), Negative(f"r {i}", "replace", "obj")]

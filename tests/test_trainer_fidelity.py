@@ -138,9 +138,9 @@ def test_training_images_in_an_evaluation_set_refuse_to_start(tmp_path, monkeypa
     manifest["image_ids"] = "image_ids.txt"
     (shards / "manifest.json").write_text(json.dumps(manifest))
     (shards / "image_ids.txt").write_text("\n".join(str(i) for i in range(100, 116)) + "\n")
-    fake = types.ModuleType("eval.image_ids")
+    fake = types.ModuleType("compclip.shardset.benchmark_ids")
     fake.benchmark_coco_ids = lambda benchmarks, root: {"retrieval": {1, 2, 105, 107, 115}, "visla": {3}}
-    monkeypatch.setitem(sys.modules, "eval.image_ids", fake)
+    monkeypatch.setitem(sys.modules, "compclip.shardset.benchmark_ids", fake)
     api = types.ModuleType("eval.api")
     api.evaluate = lambda *a, **k: {"retrieval/coco/i2t_r1": 0.5}
     monkeypatch.setitem(sys.modules, "eval.api", api)

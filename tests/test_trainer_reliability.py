@@ -194,8 +194,8 @@ def unfinish(folder: Path, keep: int) -> None:
 
 
 def test_unfinished_shard_set_is_refused_unless_allowed(tmp_path, capsys):
-    from datagen.schema import SchemaError
-    from datagen.shards import verify_shard_set
+    from compclip.shardset.schema import SchemaError
+    from compclip.shardset.shards import verify_shard_set
     folder = write_fixture_shards(tmp_path / "part", n=64, per_shard=8, partner="generated")
     unfinish(folder, 5)
     path = tmp_path / "r.yaml"

@@ -16,7 +16,8 @@ import torch
 
 from tests.test_trainer import shards  # noqa: F401 (a fixture)
 from tests.test_trainer_reliability import fake_eval, recipe  # noqa: F401 (fixtures)
-from trainer import loop, runlock
+from compclip import runlock
+from trainer import loop
 from trainer.fixtures import train_in_process as run
 from trainer.recipe import RecipeError, load_recipe
 

@@ -296,7 +296,7 @@ def test_fp16_on_cpu_says_it_runs_fp32_and_records_it(recipe, tmp_path, capsys):
 
 @pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o002, 0o664)])
 def test_atomic_write_honours_the_umask(tmp_path, mask, mode):
-    from models.checkpoint import atomic_write
+    from compclip.fileio import atomic_write
     with umask(mask):
         path = atomic_write(tmp_path / "f.json", lambda f: f.write("{}"), "w")
     assert path.stat().st_mode & 0o777 == mode
@@ -363,7 +363,7 @@ def big_png(width: int, height: int) -> bytes:
 def test_an_image_above_datagens_pixel_limit_is_a_bad_sample_never_decoded(micro_model, monkeypatch):
     from PIL import Image, ImageFile
 
-    from datagen.imageio import BadImage, decode_image
+    from compclip.shardset.imageio import BadImage, decode_image
     from trainer.compose import BadSample, Composer
     data = big_png(13_000, 13_000)  # 169 M pixels, above PIL's limit (89.5 M), under twice it
     assert 13_000 * 13_000 > Image.MAX_IMAGE_PIXELS and len(data) < 1 << 20

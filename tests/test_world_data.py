@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from datagen.order import permutation
-from datagen.schema import ShardSample
-from datagen.shards import iter_raw_samples, shard_urls, verify_shard_set
+from compclip.shardset.order import permutation
+from compclip.shardset.schema import ShardSample
+from compclip.shardset.shards import iter_raw_samples, shard_urls, verify_shard_set
 from datagen.world import Split, parse, satisfies
 from datagen.world.benchmarks import (BIVLC_COLUMNS, SUGARCREPE_PP_SUBSETS, SUGARCREPE_SUBSETS,
                                       VISLA_GENERIC_HEADER, VISLA_SPATIAL_HEADER, BenchSizes)

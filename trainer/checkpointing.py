@@ -52,8 +52,9 @@ import torch
 from accelerate.utils import broadcast_object_list, gather_object
 
 from compclip.cli import InputError, RunFault, one_line
-from models.checkpoint import (CheckpointMeta, CheckpointNotFound, atomic_write, default_mode, latest_checkpoint,
-                               read_meta, resolve_checkpoint, save_checkpoint, sidecar_path)
+from compclip.fileio import atomic_write, default_mode
+from models.checkpoint import (CheckpointMeta, CheckpointNotFound, latest_checkpoint, read_meta, resolve_checkpoint,
+                               save_checkpoint, sidecar_path)
 from trainer import safe_load
 
 NAME = re.compile(r"^step-(\d+)\.pt$")

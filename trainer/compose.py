@@ -4,7 +4,7 @@
 `Item`: the preprocessed anchor image and caption, its partner pair and its hard negatives.
 
 - partner `neighbour`: one of the K keys of `nn.json` is sampled each time; its jpg + txt are
-  fetched from the shard set through `datagen.shards.KeyIndex` (`keys.tsv`).
+  fetched from the shard set through `compclip.shardset.shards.KeyIndex` (`keys.tsv`).
 - partner `generated` / `mirrored`: the sample's own `partner.*` members.
 - negatives: `negatives.per_image` captions from `neg.json` sampled without replacement each
   time, keeping only the recipe's kinds / sub-kinds; a generated partner's own negative
@@ -17,7 +17,7 @@
   negatives get padding columns (`text_valid=False`).
 
 Images: one above PIL's decompression-bomb limit (`Image.MAX_IMAGE_PIXELS`, the limit
-`datagen.imageio.decode_image` refuses above) is a `BadSample`, found from its header before any
+`compclip.shardset.imageio.decode_image` refuses above) is a `BadSample`, found from its header before any
 pixel is decoded. With `draft_size`, a JPEG much larger than the model's input is decoded at a
 reduced size (PIL `draft`, scales 1/2 to 1/8, never below `draft_size` on either side) before the
 transform; the transform may return uint8 tensors (normalised later on the device,
@@ -50,8 +50,8 @@ from typing import Callable, Optional
 import torch
 from PIL import Image
 
-from datagen.schema import IMAGE_EXTS, Negative, SchemaError, ShardSample
-from datagen.shards import KeyIndex
+from compclip.shardset.schema import IMAGE_EXTS, Negative, SchemaError, ShardSample
+from compclip.shardset.shards import KeyIndex
 from trainer.batch import Batch
 
 
@@ -99,7 +99,7 @@ def draw_by_subkind(pool: list[Negative], k: int, rng: random.Random) -> list[st
 
 def open_image(data: bytes, what: str) -> Image.Image:
     """The image's header, pixels not decoded yet; BadSample when it cannot be read or is above
-    PIL's decompression-bomb limit (`Image.MAX_IMAGE_PIXELS`, which `datagen.imageio.decode_image`
+    PIL's decompression-bomb limit (`Image.MAX_IMAGE_PIXELS`, which `compclip.shardset.imageio.decode_image`
     turns into an error the same way)."""
     try:
         with warnings.catch_warnings():

@@ -47,7 +47,7 @@ import torch
 import webdataset as wds
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from datagen.shards import KEY_INDEX, MANIFEST, iter_raw_samples, read_manifest, shard_urls
+from compclip.shardset.shards import KEY_INDEX, MANIFEST, iter_raw_samples, read_manifest, shard_urls
 from trainer.compose import BadSample, Composer, image_key, negative_allowed, stable_id
 
 MIN_SEEN_FOR_BAD_CHECK = 100
@@ -214,7 +214,7 @@ def _check_source(i: int, src: Source, partner: str, asked: str) -> None:
                             f"says it has no neighbours (features.neighbours)")
         if not (Path(src.directory) / KEY_INDEX).is_file():
             raise DataError(f"{where}: data.partner=neighbour needs {src.directory}/{KEY_INDEX} "
-                            f"(build it with datagen.shards.KeyIndex.build)")
+                            f"(build it with compclip.shardset.shards.KeyIndex.build)")
     elif partner in ("generated", "mirrored") and feats.get("partner") != partner:
         raise DataError(f"{where}: data.partner={partner} but the shard set's {MANIFEST} says "
                         f"features.partner={feats.get('partner')!r}")

@@ -10,7 +10,7 @@ Before training: `check_data` asks `eval.api.check_data` whether every benchmark
 there (every missing file listed on stderr, then one error line with the command that fetches
 them), and
 `overlap_with_benchmarks` compares the COCO ids a shard set trained on (its manifest's
-`image_ids` file) with the COCO ids of the recipe's benchmarks (`eval.image_ids`).
+`image_ids` file) with the COCO ids of the recipe's benchmarks (`compclip.shardset.benchmark_ids`).
 """
 from __future__ import annotations
 
@@ -67,8 +67,8 @@ def summarise_missing(text: str) -> str:
 
 def training_coco_ids(sources) -> set[int]:
     """The COCO image ids the training shard sets were built from (manifest key `image_ids`)."""
-    from datagen.schema import SchemaError
-    from datagen.shards import read_image_ids
+    from compclip.shardset.schema import SchemaError
+    from compclip.shardset.shards import read_image_ids
     from trainer.data import DataError
     ids: set[int] = set()
     for src in sources:
@@ -88,7 +88,7 @@ def overlap_with_benchmarks(cfg: EvalConfig, sources) -> dict[str, int]:
     if not ids:
         return {}
     try:
-        from eval.image_ids import benchmark_coco_ids
+        from compclip.shardset.benchmark_ids import benchmark_coco_ids
     except ImportError:
         return {}
     found = benchmark_coco_ids(list(cfg.benchmarks), cfg.data_root)

@@ -2,7 +2,7 @@
 
 `write_fixture_shards(dir, n, ...)` writes `n` samples of coloured-square scenes with captions,
 optionally hard negatives (swap / replace / add), a partner per sample (`generated` or
-`mirrored`) and K neighbours with a `keys.tsv` index, through `datagen.shards.ShardSetWriter`,
+`mirrored`) and K neighbours with a `keys.tsv` index, through `compclip.shardset.shards.ShardSetWriter`,
 so the manifest's `features` say what the set carries (`rules`: the `features.rules` recorded,
 for `negatives.rules`). `corrupt` samples get undecodable image bytes (the trainer must skip and
 count them). `captions_per_image` > 1 gives runs of consecutive samples the same `image_id` (as
@@ -20,8 +20,8 @@ from typing import Optional
 
 from PIL import Image
 
-from datagen.schema import Negative, Neighbour, Partner, ShardSample
-from datagen.shards import KeyIndex, ShardSetWriter
+from compclip.shardset.schema import Negative, Neighbour, Partner, ShardSample
+from compclip.shardset.shards import KeyIndex, ShardSetWriter
 
 COLOURS = {"red": (220, 30, 30), "green": (30, 180, 60), "blue": (40, 60, 220), "yellow": (230, 210, 40)}
 

@@ -1,7 +1,7 @@
 """The training run: `Trainer` builds the model, optimiser, schedule and data streams from a
 validated recipe, resumes, and runs the loop (module docstring of `trainer/train.py`, steps 2-4).
 
-Set-up order: the run folder's lock (`trainer.runlock`, taken by the main process and the outcome
+Set-up order: the run folder's lock (`compclip.runlock`, taken by the main process and the outcome
 broadcast, so every rank stops with the same one line); model, optimiser, schedule, streams; the
 checkpoint to resume from (chosen by the main process, `checkpointing.find_resume`, broadcast;
 its recipe compared with this one, `checkpointing.check_recipe`) and its state; the monitor (which
@@ -33,7 +33,8 @@ import torch
 
 from compclip.cli import InputError, note
 from models import CheckpointMeta, load_model
-from trainer import checkpointing, evaluation, runlock, stopsignals, streams
+from compclip import runlock
+from trainer import checkpointing, evaluation, stopsignals, streams
 from trainer.data import make_loader
 from trainer.loss import ContrastiveLoss, Layout
 from trainer.monitor import Monitor, memory_mb

@@ -37,7 +37,7 @@ def trim_eval_log(path: Path, last_step: int) -> int:
     """Drop the lines of `eval.jsonl` whose step is after `last_step` (atomically); returns how many."""
     if not path.is_file():
         return 0
-    from models.checkpoint import atomic_write
+    from compclip.fileio import atomic_write
     kept, dropped = [], 0
     for line in path.read_text(encoding="utf-8").splitlines():
         try:

@@ -24,8 +24,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from datagen.shards import read_manifest
-from models.checkpoint import atomic_write
+from compclip.shardset.shards import read_manifest
+from compclip.fileio import atomic_write
 from trainer.compose import image_key, negative_allowed, stable_id
 
 CACHE = "sample_index.npz"

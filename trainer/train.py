@@ -130,7 +130,8 @@ def warn_padding(recipe, sources) -> None:
 def preflight(recipe):
     """Every check that needs no model (step 1 of the module docstring); raises on a problem.
     Returns (training sources, validation sources or None, overlap {benchmark: images})."""
-    from trainer import checkpointing, evaluation, runlock, streams
+    from compclip import runlock
+    from trainer import checkpointing, evaluation, streams
     from trainer.data import DataError, check_features, resolve_sources
     from trainer.recipe import RecipeError, check_best_metric
     d = recipe.data

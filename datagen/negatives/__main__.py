@@ -12,7 +12,7 @@
 after a kill resumes. With `--images` each caption's image file is put into its sample (what
 `python -m datagen prepare coco` runs; see docs/data_prep.md). `audit` without `--ours` runs
 our rules on SugarCrepe's positive captions and compares with SugarCrepe's own negatives (see
-datagen/audit.py).
+datagen/negatives/audit.py).
 
 `python -m datagen.negatives ...` still works until 0.3, with a deprecation note; so do the old
 spellings `generate INPUT OUT` (positional), `--kinds swap add` (space-separated) and

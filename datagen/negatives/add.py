@@ -39,7 +39,7 @@ from __future__ import annotations
 import random
 from functools import lru_cache
 
-from datagen.negatives import lexicon
+import datagen.negatives.lexicon as lexicon
 from datagen.negatives.attributes import makes_unit, typical_adjectives
 from datagen.negatives.base import register_negative
 from datagen.negatives.guards import animacy, fits, place, subject_verb, verb_need
@@ -49,7 +49,7 @@ from datagen.negatives.text import article_for, insert_at, render, view
 from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, MASS_NOUNS,
                                      POSITION_NOUNS, crude_lemma, general_terms, is_part_noun,
                                      noun_roles, synonyms_among)
-from datagen.schema import Negative
+from compclip.shardset.schema import Negative
 
 _PLURAL_AUX = {"is": "are", "was": "were", "has": "have", "'s": "are"}
 _RELATIVE = {"that", "who", "which"}

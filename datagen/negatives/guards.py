@@ -36,7 +36,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Optional
 
-from datagen.negatives import lexicon
+import datagen.negatives.lexicon as lexicon
 from datagen.negatives.text import Chunk, View
 from datagen.negatives.vocab import POSITION_NOUNS
 
@@ -169,6 +169,14 @@ def _collective(v: View, c: Chunk) -> bool:
     return c.start >= 2 and v.lower[c.start - 1] == "of" and v.lower[c.start - 2] in POSITION_NOUNS
 
 
+def same_category(v: View, a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """The last words of both spans name one kind of thing (`swap_categories` in the lexicon:
+    two people or animals, two foods, two pieces of furniture ...): "a woman ... a child"
+    swaps into a scene that can exist, "a dog ... a helmet" rarely does."""
+    ca, cb = kind_of(v.lower[a[1] - 1]), kind_of(v.lower[b[1] - 1])
+    return ca is not None and ca == cb
+
+
 def swap_allowed(v: View, a: Chunk, b: Chunk, strict: bool = True) -> bool:
     """May the noun chunks `a` and `b` (or their heads) trade places? See the module docstring."""
     if b.start < a.start:
@@ -198,7 +206,6 @@ def swap_allowed(v: View, a: Chunk, b: Chunk, strict: bool = True) -> bool:
                     or v.lower[i] in POSITION_NOUNS or v.pos[i] in ("ADV", "AUX", "PUNCT")):
                 return False
         if any(w in SUPPORT for w in words):
-            from datagen.negatives.swap import same_category
             return same_category(v, (a.start, a.end), (b.start, b.end))
         return True
     if ca != cb and (any(w in SUPPORT for w in words) or _collective(v, a) or _collective(v, b)):

@@ -20,7 +20,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from datagen.negatives import lexicon
+import datagen.negatives.lexicon as lexicon
 
 OTHER_LANGUAGES = ("de", "it", "es", "fr", "nl", "pt")
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")

@@ -17,7 +17,7 @@ from typing import Iterable, Optional, Sequence
 
 from datagen.negatives.base import is_new_negative
 from datagen.negatives.text import skip_reason
-from datagen.schema import SUBKINDS, Negative
+from compclip.shardset.schema import SUBKINDS, Negative
 
 _TASK = {
     ("replace", "obj"): ("locate the objects in the sentence, then replace one object with a "

@@ -36,7 +36,7 @@ from itertools import permutations
 from typing import Callable, Optional, Sequence
 
 from datagen.negatives.base import register_negative
-from datagen.schema import Negative
+from compclip.shardset.schema import Negative
 
 PLACEHOLDER = "123X456"  # the script's
 VERB_PHRASE = [{"POS": "VERB", "OP": "?"}, {"POS": "ADV", "OP": "*"},

@@ -10,13 +10,13 @@
 2. Items are read in order and cut into chunks; each chunk's captions go to a worker (or run
    inline with `workers=1`), which parses them once and returns their negatives. Caption `i` of
    the input always uses seed `(seed, i)`, so output does not depend on chunking or workers.
-3. The main process writes samples (text inputs in a seeded permutation, `datagen.order`)
+3. The main process writes samples (text inputs in a seeded permutation, `compclip.shardset.order`)
    through `ShardSetWriter`; a killed run resumes after the last complete shard (`inputs_done`
    items are skipped, not re-parsed) and produces byte-identical shards. Shard inputs are
    copied member by member (images are never decoded) with `neg.json` added; rule negatives
    already there are replaced, others kept. The run holds the output folder's lock
    (`datagen.outlock`) from its first write to its end, and records the input's fingerprint
-   in the manifest (`datagen.shards.pin_inputs`): a resume whose input file or shard set
+   in the manifest (`compclip.shardset.shards.pin_inputs`): a resume whose input file or shard set
    changed since the set started is refused in one line before anything is written. A
    complete set is returned as it is, without writing to it.
 4. Empty, non-English and over-long captions are skipped and counted (the negclip rules skip
@@ -56,18 +56,18 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from datagen.captions_io import CaptionItem, InputError, read_items
-from datagen.imageio import BadImage
+from datagen.negatives.captions_io import CaptionItem, InputError, read_items
+from compclip.shardset.imageio import BadImage
 from datagen.negatives.base import Coverage
 from datagen.negatives.plausibility import DEFAULT_MARGIN
-from datagen.order import order_for_input, shuffled
+from compclip.shardset.order import order_for_input, shuffled
 from datagen.negatives.rules import SPACY_MODEL, RuleNegativeGenerator, check_spacy_model, select_kinds
 from datagen.negatives.text import view
 from datagen.negatives.vocab import Vocabulary
 from datagen.prepare.imagefiles import SKIP_CORRUPT, SKIP_MISSING, MissingImage
-from datagen.schema import Negative, ShardSample
+from compclip.shardset.schema import Negative, ShardSample
 from datagen.outlock import hold
-from datagen.shards import (INPUTS_KEY, MANIFEST, ShardSetWriter, check_features, check_inputs,
+from compclip.shardset.shards import (INPUTS_KEY, MANIFEST, ShardSetWriter, check_features, check_inputs,
                             grouped, pin_inputs, read_manifest, summed_counts)
 
 VOCAB_FILE = "vocab.json"
@@ -161,7 +161,7 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
 
     `limit` caps the input items read; `stop_after` stops (without closing the set) after that
     many items of this run, as a kill would: for tests of resume. `images`, `skip_missing`,
-    `splits`: see point 5 of the module docstring. Order: `datagen.order.order_for_input`
+    `splits`: see point 5 of the module docstring. Order: `compclip.shardset.order.order_for_input`
     (captions are written in a seeded permutation); `select` filters the items (e.g. benchmark
     images out, `datagen.prepare.exclude`). `plausibility` ("ngram", "hf:<local model folder>"
     or None; "auto": "ngram" for the compclip rules, none for negclip) and `margin`: the

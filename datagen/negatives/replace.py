@@ -18,13 +18,13 @@ from typing import Optional
 from datagen.negatives.base import register_negative
 from datagen.negatives.swap import pick
 from datagen.negatives.text import View, match_case, render, replace_at, view
-from datagen.negatives import lexicon
+import datagen.negatives.lexicon as lexicon
 from datagen.negatives.attributes import makes_unit, typical_adjectives
 from datagen.negatives.guards import animacy, fits, kind_of, noun_class, place, subject_verb, verb_need
 from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, MASS_NOUNS, PREP_STOP,
                                      Vocabulary, builtin_vocabulary, crude_lemma, is_part_noun,
                                      noun_roles, verb_roles)
-from datagen.schema import Negative
+from compclip.shardset.schema import Negative
 
 # "on top of", "at the edge of", "across from": the preposition is part of a fixed phrase
 FIXED_AFTER_PREP = lexicon.words("fixed_after_prep")

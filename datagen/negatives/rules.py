@@ -36,12 +36,15 @@ import sys
 from collections import Counter
 from typing import Iterable, Optional, Sequence
 
-from datagen.negatives import add, negclip, replace, swap  # noqa: F401  (registers the rule functions)
+import datagen.negatives.add as add  # noqa: F401  (add, negclip, replace, swap: register the rule functions)
+import datagen.negatives.negclip as negclip
+import datagen.negatives.replace as replace  # noqa: F401
+import datagen.negatives.swap as swap
 from datagen.negatives.base import RULE_SETS, SPACY_MODEL
 from datagen.negatives.plausibility import DEFAULT_MARGIN, PlausibilityFilter
 from datagen.negatives.text import set_pos_table, skip_reason, view
 from datagen.negatives.vocab import Vocabulary
-from datagen.schema import SUBKINDS, Negative
+from compclip.shardset.schema import SUBKINDS, Negative
 
 _NEGCLIP = frozenset(("swap", t) for t in swap.NEGCLIP_TYPES)
 _NLP_CACHE: dict[tuple[str, bool], object] = {}
@@ -136,7 +139,7 @@ def check_spacy_model(model: str) -> None:
     folder, before any work: spaCy itself would say so only once the first captions are parsed."""
     import importlib.util
     from pathlib import Path
-    from datagen.captions_io import InputError
+    from datagen.negatives.captions_io import InputError
     if Path(model).is_dir():
         return
     try:

@@ -35,9 +35,9 @@ from typing import Callable, Iterable, Optional
 
 from datagen.negatives.base import normalise, register_negative
 from datagen.negatives.text import View, render, swap_spans, view
-from datagen.negatives.guards import kind_of, swap_allowed
+from datagen.negatives.guards import kind_of, same_category, swap_allowed  # noqa: F401
 from datagen.negatives.vocab import ADJ_STOP, ATTRIBUTE_OF, POSITION_NOUNS, is_part_noun
-from datagen.schema import Negative
+from compclip.shardset.schema import Negative
 
 Span = tuple[int, int]
 # the sub-kinds named after NegCLIP's swap types: the plausibility filter never leaves them
@@ -68,14 +68,6 @@ def pick(v: View, rng: random.Random, candidates: list, build: Callable[[object]
             if len(out) >= limit:
                 break
     return out
-
-
-def same_category(v: View, a: Span, b: Span) -> bool:
-    """The last words of both spans name one kind of thing (`swap_categories` in the lexicon:
-    two people or animals, two foods, two pieces of furniture ...): "a woman ... a child"
-    swaps into a scene that can exist, "a dog ... a helmet" rarely does."""
-    ca, cb = kind_of(v.lower[a[1] - 1]), kind_of(v.lower[b[1] - 1])
-    return ca is not None and ca == cb
 
 
 def _swap_pairs(v: View, spans: Iterable[Span], rng: random.Random, subkind: str, limit: int,

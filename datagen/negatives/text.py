@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Optional
 
 from datagen.negatives.base import normalise
@@ -42,6 +43,17 @@ _CHUNK_RE = re.compile(rf"D{{0,2}}(?:{_PRE}*[NP]S)?{_PRE}*[NP]")
 _VP_RE = re.compile(r"V?R*X*V+")
 _VOWEL_SOUND_EXCEPTIONS = ("hour", "honest", "honor", "honour", "heir")
 _CONSONANT_SOUND_EXCEPTIONS = ("uni", "use", "usu", "one", "once", "eu", "ura", "ure", "uto")
+
+
+@lru_cache(maxsize=1 << 16)
+def crude_lemma(word: str) -> str:
+    w = word.lower()
+    for suffix, repl in (("ies", "y"), ("ches", "ch"), ("shes", "sh"), ("sses", "ss"), ("xes", "x")):
+        if w.endswith(suffix) and len(w) > len(suffix) + 2:
+            return w[: -len(suffix)] + repl
+    if w.endswith("s") and not w.endswith("ss") and len(w) > 3:
+        return w[:-1]
+    return w
 
 
 @dataclass
@@ -87,7 +99,6 @@ class View:
     def lemmas(self) -> set[str]:
         """Crude lemmas of the caption's words: replacements and additions avoid them."""
         if self._lemmas is None:
-            from datagen.negatives.vocab import crude_lemma
             self._lemmas = {crude_lemma(w) for w in self.lower}
         return self._lemmas
 

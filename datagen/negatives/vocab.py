@@ -33,10 +33,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from datagen.negatives import lexicon
+import datagen.negatives.lexicon as lexicon
 from datagen.negatives.plausibility import NgramLM
 from datagen.negatives.scene import SceneModel
-from datagen.negatives.text import Chunk, View
+from datagen.negatives.text import Chunk, View, crude_lemma  # noqa: F401 (crude_lemma: also read from here)
 
 # The word lists live in data/lexicon.json (see `datagen.negatives.lexicon`).
 SYNONYM_GROUPS = lexicon.synonym_groups()
@@ -60,17 +60,6 @@ for _i, _g in enumerate(SYNONYM_GROUPS):
     for _w in _g.split():
         _GROUP_OF.setdefault(_w, _i)
 ATTRIBUTE_OF = {w: name for name, words in ATTRIBUTE_GROUPS.items() for w in words.split()}
-
-
-@lru_cache(maxsize=1 << 16)
-def crude_lemma(word: str) -> str:
-    w = word.lower()
-    for suffix, repl in (("ies", "y"), ("ches", "ch"), ("shes", "sh"), ("sses", "ss"), ("xes", "x")):
-        if w.endswith(suffix) and len(w) > len(suffix) + 2:
-            return w[: -len(suffix)] + repl
-    if w.endswith("s") and not w.endswith("ss") and len(w) > 3:
-        return w[:-1]
-    return w
 
 
 @lru_cache(maxsize=1 << 18)  # asked for the same pairs again and again by `Vocabulary.sample`

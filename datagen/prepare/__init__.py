@@ -2,8 +2,8 @@
 
 Modules, one job each: `imagefiles` (image files -> checked bytes, clear errors), `coco` (COCO /
 Karpathy captions + images -> negatives via `datagen.negatives.pipeline`, then neighbours via
-`datagen.knn`), `trohn` (TROHN-Text / TROHN-Img Hugging Face datasets -> shards), `labels`
+`datagen.images.knn`), `trohn` (TROHN-Text / TROHN-Img Hugging Face datasets -> shards), `labels`
 (a schema label for a negative caption that came without one), `cocobank` (COCO instance
-cut-outs as an object bank for `datagen.stitch`). The commands a user runs, from downloads to
+cut-outs as an object bank for `datagen.images.stitch`), `cli` (the command line). The commands a user runs, from downloads to
 the shard sets the recipes name, are in docs/data_prep.md.
 """

@@ -16,11 +16,11 @@ Two existing stages, chained, nothing re-implemented:
    holds `train2014/` and `val2014/`), filtered to `splits`. A missing image file stops the run
    with an error naming the file and the caption key, or with `skip_missing` is skipped and
    counted. Resumable: rerun the same command. Captions are written in a seeded global
-   order (`datagen.order`, seed `seed`), so the captions of one image are not neighbours.
+   order (`compclip.shardset.order`, seed `seed`), so the captions of one image are not neighbours.
    Benchmark images are left out by COCO id (`datagen.prepare.exclude`: Karpathy val + test,
    COCO val2017, every scored benchmark under `benchmarks_root`) unless `keep_benchmark_images`;
    the manifest records `excluded` / `exclusion`, and `image_ids.txt` lists the COCO ids kept.
-2. With `knn=K`: `datagen.knn.run_knn` embeds the images of stage 1's set, finds each image's K
+2. With `knn=K`: `datagen.images.knn.run_knn` embeds the images of stage 1's set, finds each image's K
    nearest neighbours and writes the final set (`nn.json`, `keys.tsv`). Stage 1 then goes to
    `base` (default `<out>_base`); a complete base set is reused as it is, read and never
    written (it may be read-only), so `base` may be an earlier run's plain output made with the
@@ -32,12 +32,12 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
-from datagen.captions_io import CaptionItem, read_items
+from datagen.negatives.captions_io import CaptionItem, read_items
 from datagen.prepare.exclude import (DEFAULT_BENCHMARKS_ROOT, Exclusion, benchmark_exclusion,
                                      pin_exclusion, sibling_val2017)
 from datagen.negatives.base import SPACY_MODEL
 from datagen.prepare.imagefiles import ImageFiles
-from datagen.shards import is_complete, read_manifest, update_manifest
+from compclip.shardset.shards import is_complete, read_manifest, update_manifest
 
 
 def default_base(out_dir: str | Path) -> Path:
@@ -106,7 +106,7 @@ def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
 def _neighbours(stage1: Path, out_dir: str | Path, knn: int, scorer_factory, shard_size: int,
                 progress: bool, knn_options: Optional[dict], base) -> dict[str, Any]:
     """Stage 2: the complete stage-1 set with its images' `knn` neighbours -> `out_dir`."""
-    from datagen.knn import run_knn
+    from datagen.images.knn import run_knn
     total = sum(s["samples"] for s in read_manifest(stage1)["shards"])
     _say(progress, f"prepare coco: {knn} nearest neighbours of {total} images -> {out_dir}")
     manifest = run_knn(stage1, out_dir, scorer_factory(), k=knn, max_count=shard_size,

@@ -15,7 +15,7 @@ Benchmark images are left out as `prepare coco` leaves them out (`datagen.prepar
 `exclusion` given by the caller): no cut-out comes from a COCO image a scored benchmark uses
 (VISLA-Spatial, Karpathy test, ...). `coco_ids.json` in the bank maps each cut-out's file name to
 the COCO image it was cut from (written before the cut-outs, for every instance chosen), so
-stitched samples name their source images (`meta["coco_ids"]`, `datagen.stitch`) and the
+stitched samples name their source images (`meta["coco_ids"]`, `datagen.images.stitch`) and the
 trainer's benchmark-overlap guard sees them.
 """
 from __future__ import annotations
@@ -30,10 +30,10 @@ from typing import Any, Optional
 
 from PIL import Image, ImageDraw
 
-from datagen.imageio import BadImage, load_image_file
+from compclip.shardset.imageio import BadImage, load_image_file
 from datagen.prepare.exclude import Exclusion
 from datagen.prepare.imagefiles import MissingImage
-from models.checkpoint import atomic_write
+from compclip.fileio import atomic_write
 
 COCO_IDS = "coco_ids.json"  # cut-out file name -> COCO image id
 

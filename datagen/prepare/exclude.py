@@ -11,9 +11,9 @@ The ids excluded, by name:
 - `coco_val2017`: COCO val2017 (SugarCrepe, SugarCrepe++, BiVLC and VISLA generic use it), from
   `captions_val2017.json` when one is given or lies next to the input captions file; without it
   the val2017 images the benchmark files name are still excluded under their benchmark's name;
-- every benchmark of `eval.image_ids.COCO_BENCHMARKS` (visla, sugarcrepe, sugarcrepe_pp, bivlc,
+- every benchmark of `compclip.shardset.benchmark_ids.COCO_BENCHMARKS` (visla, sugarcrepe, sugarcrepe_pp, bivlc,
   aro, retrieval; their sub-views visla_lexical and left_right read the same files) found under
-  the benchmarks root, by the ids `eval.image_ids` reads from its files.
+  the benchmarks root, by the ids `compclip.shardset.benchmark_ids` reads from its files.
 A source whose files are absent is listed as unchecked with the reason. The kept items are what
 the seeded order permutes, so a resume must see the same exclusion: `pin_exclusion` writes its
 fingerprint to `exclusion.json` in the output set when the set starts and refuses (one line) a
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from eval.image_ids import benchmark_ids
+from compclip.shardset.benchmark_ids import benchmark_ids
 
 DEFAULT_BENCHMARKS_ROOT = "data/benchmarks"
 # The benchmarks whose files name COCO images; visla_lexical / left_right read visla's / aro's.

@@ -4,7 +4,7 @@
 are copied untouched (no decode: fast, and byte-identical on a rerun); the type comes from the
 file's magic bytes (JPEG, PNG or WebP), whatever its name says. With `max_side`, the image is
 decoded, shrunk (aspect kept) when its longer side is larger, and re-encoded as JPEG with the
-fixed settings of `datagen.imageio.encode_image` (same pixels, same bytes).
+fixed settings of `compclip.shardset.imageio.encode_image` (same pixels, same bytes).
 
 Errors name the file and `where` (the caption key, dataset row, ...): `MissingImage` for a file
 that does not exist or cannot be read, `BadImage` for one that is not an image. Callers either
@@ -17,7 +17,7 @@ from typing import Optional
 
 from PIL import Image
 
-from datagen.imageio import BadImage, decode_image, encode_image
+from compclip.shardset.imageio import BadImage, decode_image, encode_image
 
 SKIP_MISSING, SKIP_CORRUPT = "missing_image", "corrupt_image"
 

@@ -14,7 +14,7 @@ Sources (Hugging Face dataset cards, read 2026; see docs/data_prep.md):
 or a `.parquet` file. A clone's or a `.parquet` file's rows are read from exactly the split's
 parquet files (`local_parquet_files`), never from a cache keyed by the folder's name; the local
 files a set is read from (parquet, or a `save_to_disk` folder's arrow files) go into the
-manifest's `inputs` with their sha256 (`datagen.shards.pin_inputs`), and a resume whose files
+manifest's `inputs` with their sha256 (`compclip.shardset.shards.pin_inputs`), and a resume whose files
 changed is refused in one line. A git-lfs pointer file is refused naming it. The anchor image is `<images_root>/<image_id>` (COCO train2017 is not in the
 datasets). Neither dataset labels its negatives, so each gets a schema label from the
 dataset's `type` / `subtype` columns when it has them (BiVLC-style), else an inferred one
@@ -37,7 +37,7 @@ The writer resumes after its last complete shard (units are skipped, not re-read
 records its units' counts (`counts`), so `prepare_stats.json` (units, samples, skips, labels,
 dropped negatives) covers the whole set after a resume.
 
-Units (rows, or groups) are written in a seeded global order (`datagen.order.permutation` over
+Units (rows, or groups) are written in a seeded global order (`compclip.shardset.order.permutation` over
 the units kept, seed `seed`; read back by random access), so the captions and negatives of one
 image are not neighbours. Each sample's `json` has `image_id` (the COCO file name) and `coco_id`
 (int). Units whose COCO image a scored benchmark uses are left out (`datagen.prepare.exclude`;
@@ -57,15 +57,15 @@ from typing import Any, Optional
 
 import numpy as np
 
-from datagen.captions_io import coco_id_of_file
-from datagen.imageio import BadImage
-from datagen.order import permutation, shuffled_order
+from datagen.negatives.captions_io import coco_id_of_file
+from compclip.shardset.imageio import BadImage
+from compclip.shardset.order import permutation, shuffled_order
 from datagen.prepare.exclude import DEFAULT_BENCHMARKS_ROOT, benchmark_exclusion, pin_exclusion
 from datagen.negatives.base import normalise
 from datagen.prepare.imagefiles import (SKIP_CORRUPT, SKIP_MISSING, ImageFiles, MissingImage,
                                         image_bytes)
-from datagen.schema import SUBKINDS, Negative, Partner, SchemaError, ShardSample
-from datagen.shards import ShardSetWriter, grouped, pin_inputs, summed_counts
+from compclip.shardset.schema import SUBKINDS, Negative, Partner, SchemaError, ShardSample
+from compclip.shardset.shards import ShardSetWriter, grouped, pin_inputs, summed_counts
 
 REQUIRED = ("image_id", "caption", "negative_caption")
 LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"  # how a git-lfs pointer file starts
@@ -437,7 +437,7 @@ def _partner(rec: dict, caption: str, where: str, max_side: Optional[int]) -> Pa
     elif isinstance(value, (bytes, bytearray)):
         data = bytes(value)
     elif value is not None and hasattr(value, "save"):  # a decoded PIL image
-        from datagen.imageio import encode_image
+        from compclip.shardset.imageio import encode_image
         data = encode_image(value, "png")
     if not data:
         raise RowError(f"{where}: negative_image is empty")

@@ -63,7 +63,7 @@ def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
     `shard_size`: samples per shard (`--max-count`)."""
     _check(train_size, size, partners, bench_scale, shard_size)
     from datagen.outlock import hold
-    from datagen.shards import pin_options
+    from compclip.shardset.shards import pin_options
     from datagen.world.bank import write_object_bank
     from datagen.world.benchmarks import BenchSizes, write_benchmarks
     from datagen.world.shards import PARTNERS, write_train_set

@@ -1,7 +1,7 @@
 """Training shard sets of the world, written with `ShardSetWriter` in the shard schema.
 
 Sample `i` is made from its own seed (`world-train:<seed>:<i>`) alone, and the samples are
-written in a seeded global order (`datagen.order.permutation(n, seed)`: position p holds sample
+written in a seeded global order (`compclip.shardset.order.permutation(n, seed)`: position p holds sample
 `perm[p]`, key and `image_id` keep `i`), so a resumed writer that skips `inputs_done`
 positions produces a byte-identical set. A sample is a training-split scene
 (never a held-out composition, see splits.py), its rendered JPEG and caption, optionally hard
@@ -21,9 +21,9 @@ from typing import Optional
 
 from PIL import ImageOps
 
-from datagen.order import permutation, shuffled_order
-from datagen.schema import Negative, Partner, ShardSample
-from datagen.shards import ShardSetWriter, read_manifest
+from compclip.shardset.order import permutation, shuffled_order
+from compclip.shardset.schema import Negative, Partner, ShardSample
+from compclip.shardset.shards import ShardSetWriter, read_manifest
 from datagen.world.edits import mirror_scene, negatives as make_negatives
 from datagen.world.grammar import describe, random_style
 from datagen.world.layout import Layout, PlacementError, place, satisfies

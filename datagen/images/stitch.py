@@ -2,7 +2,7 @@
 
 An object bank is a folder of object images: RGBA crops (the synthetic world's
 `write_object_bank` output, e.g. `red_circle.png`), plain photos or crops, or images generated
-from noun prompts (`datagen.genimages.write_generated_object_bank`). The object's name is the
+from noun prompts (`datagen.images.genimages.write_generated_object_bank`). The object's name is the
 file stem with underscores as spaces and a trailing `_<number>` dropped (`dog_3.jpg` -> "dog").
 Backgrounds come from `<bank>/backgrounds/` (or any folder given); without any, a flat random
 colour is used. Unreadable images are skipped and counted. A bank cut from COCO images
@@ -21,7 +21,7 @@ Pair `i` (seeded by `(seed, i)` alone, so resumed runs are byte-identical):
    of A" ("A above B" or "B below A").
 The sample's partner (kind "mirrored") is the mirrored arrangement; `json` records the relation,
 object names and each object's pixel box (from its alpha mask) in both images, and `image_id`
-(= the key). Pairs are written in a seeded global order (`datagen.order.permutation(n_pairs,
+(= the key). Pairs are written in a seeded global order (`compclip.shardset.order.permutation(n_pairs,
 seed)`; key `<prefix><i>` keeps the pair index).
 """
 from __future__ import annotations
@@ -37,10 +37,10 @@ from typing import Optional, Sequence
 import numpy as np
 from PIL import Image, ImageOps
 
-from datagen.imageio import BadImage, encode_image, list_image_files, load_image_file
-from datagen.order import permutation, shuffled_order
-from datagen.schema import Partner, ShardSample
-from datagen.shards import ShardSetWriter
+from compclip.shardset.imageio import BadImage, encode_image, list_image_files, load_image_file
+from compclip.shardset.order import permutation, shuffled_order
+from compclip.shardset.schema import Partner, ShardSample
+from compclip.shardset.shards import ShardSetWriter
 
 log = logging.getLogger(__name__)
 

@@ -31,11 +31,11 @@ import tarfile
 from pathlib import Path
 from typing import Any, Optional
 
-from datagen.order import rng, shuffled_order
-from datagen.schema import ShardSample
-from datagen.shards import (CARRIED_KEYS, ShardSetWriter, iter_raw_samples, read_manifest,
+from compclip.shardset.order import rng, shuffled_order
+from compclip.shardset.schema import ShardSample
+from compclip.shardset.shards import (CARRIED_KEYS, ShardSetWriter, iter_raw_samples, read_manifest,
                             shard_urls)
-from models.checkpoint import atomic_write
+from compclip.fileio import atomic_write
 
 BUCKET_BYTES = 256 << 20
 BUCKETS_FILE = "buckets.json"

@@ -6,7 +6,7 @@ with `manifest.json` (samples, input items consumed, bytes and sha256 per shard,
 reason) rewritten atomically after every shard. A killed run resumes from the last complete
 shard: the writer reports how many input items are already done (`inputs_done`) and the caller
 skips them. For identical output after a resume, the caller must make each sample from its input
-item alone (e.g. seed by item index). `order` (a `datagen.order` record, e.g. `{"shuffled": true,
+item alone (e.g. seed by item index). `order` (a `compclip.shardset.order` record, e.g. `{"shuffled": true,
 "seed": 3}`) is stored in the manifest; resuming a set written in another order is refused with
 one line. A set that was complete when the writer opened it, and got nothing new, is left
 untouched by `close` (a complete set may be read-only). A caller's own counts of the items of
@@ -21,7 +21,7 @@ both values and the fix (`OptionMismatch`) once a shard is complete (before, the
 hold: nothing was written). Options a set does not record are not compared; options are
 recorded only when a set starts. Its `inputs` argument (and `pin_inputs`) records the same way
 the fingerprints of the files or folders the set is made from (`"inputs": {absolute path:
-fingerprint}`, `datagen.fingerprint`: size, mtime_ns and sha256 of a file); a rerun whose input
+fingerprint}`, `compclip.shardset.fingerprint`: size, mtime_ns and sha256 of a file); a rerun whose input
 differs is refused in one line naming the input and what changed (`InputChanged`).
 `check_pinned` compares both without writing (a complete set reused as it is).
 
@@ -46,12 +46,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
-from datagen.fingerprint import changed, fingerprint, sha256_file
-from datagen.order import ORDER_KEY, check_order
-from datagen.schema import SCHEMA_VERSION, SchemaError, ShardSample
-from models.checkpoint import atomic_write
+from compclip.shardset.fingerprint import changed, fingerprint, sha256_file
+from compclip.shardset.manifest import MANIFEST, read_manifest
+from compclip.shardset.order import ORDER_KEY, check_order
+from compclip.shardset.schema import SCHEMA_VERSION, SchemaError, ShardSample
+from compclip.fileio import atomic_write
 
-MANIFEST = "manifest.json"
 KEY_INDEX = "keys.tsv"
 IMAGE_IDS = "image_ids.txt"
 CARRIED_KEYS = ("excluded", "exclusion")  # manifest keys a set rewritten from another inherits
@@ -65,16 +65,6 @@ class OptionMismatch(ValueError):
 
 class InputChanged(ValueError):
     """A rerun into an existing output whose input is not what it was when the output started."""
-
-
-def read_manifest(directory: str | Path) -> dict[str, Any]:
-    path = Path(directory) / MANIFEST
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no manifest; is {directory} a shard set?")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise SchemaError(f"{path}: manifest is not valid JSON ({err})") from None
 
 
 def is_complete(directory: str | Path) -> bool:
@@ -135,7 +125,7 @@ def _input_key(path: str | Path) -> str:
 def pin_options(directory: str | Path, options: dict[str, Any], file: str = MANIFEST,
                 inputs: Iterable[str | Path] = ()) -> dict[str, Any]:
     """Record a writer's output-changing `options` and the fingerprints of its `inputs` (files or
-    folders, `datagen.fingerprint`) in `directory/file` (the shard set's manifest, created with no
+    folders, `compclip.shardset.fingerprint`) in `directory/file` (the shard set's manifest, created with no
     shards yet if there is none), or refuse, if it already records other values, with an
     `OptionMismatch` naming the option, both values and the fix, or an `InputChanged` naming the
     input and what changed. A manifest with no complete shard yet takes the new values; a set

@@ -84,7 +84,7 @@ def coverage(groups: dict[str, Pairs], n_captions: int) -> tuple[dict[str, float
     one pair in `groups` (`ours_on_captions`' output), counted by the generator's own
     `datagen.negatives.base.Coverage`."""
     from datagen.negatives.base import Coverage
-    from datagen.schema import Negative
+    from compclip.shardset.schema import Negative
     per_caption: dict[str, list[Negative]] = defaultdict(list)
     for name, pairs in groups.items():
         kind, subkind = name.split(":")
@@ -96,8 +96,8 @@ def coverage(groups: dict[str, Pairs], n_captions: int) -> tuple[dict[str, float
 
 
 def pairs_from_shards(directory: str | Path) -> dict[str, Pairs]:
-    from datagen.schema import ShardSample
-    from datagen.shards import iter_raw_samples, shard_urls
+    from compclip.shardset.schema import ShardSample
+    from compclip.shardset.shards import iter_raw_samples, shard_urls
     groups: dict[str, Pairs] = defaultdict(list)
     for url in shard_urls(directory):
         for raw in iter_raw_samples(url):

@@ -1,7 +1,7 @@
-"""The images of a shard set for the kNN embedding pass (`datagen.knn.embed_shard_set`): read,
+"""The images of a shard set for the kNN embedding pass (`datagen.images.knn.embed_shard_set`): read,
 hashed, decoded and preprocessed in torch DataLoader workers, delivered in row order.
 
-Each item is a dict: `row` (position in the set), `key`, `hash` (`datagen.knn.image_hash` of
+Each item is a dict: `row` (position in the set), `key`, `hash` (`image_hash` of
 the image bytes), `image` (decoded RGB, then the scorer's preprocessing) or `error` (why the
 sample has no decodable image: it is then marked invalid, never dropped). With W workers,
 worker w handles rows w, w+W, ...; a DataLoader takes one item from each worker in turn, so
@@ -9,14 +9,19 @@ the items come out in row order, exactly as with no worker.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Callable, Iterator, Optional, Sequence
 
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from datagen.imageio import BadImage, decode_image
-from datagen.schema import IMAGE_EXTS
-from datagen.shards import iter_raw_samples
+from compclip.shardset.imageio import BadImage, decode_image
+from compclip.shardset.schema import IMAGE_EXTS
+from compclip.shardset.shards import iter_raw_samples
+
+
+def image_hash(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little", signed=True)
 
 
 def default_workers() -> int:
@@ -30,7 +35,6 @@ class ShardImages(IterableDataset):
         self.urls, self.transform = list(urls), transform
 
     def __iter__(self) -> Iterator[dict]:
-        from datagen.knn import image_hash
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         row = -1

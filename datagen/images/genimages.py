@@ -37,9 +37,9 @@ from typing import Callable, Optional, Protocol, Sequence
 import numpy as np
 from PIL import Image
 
-from datagen.imageio import decode_image, encode_image
-from datagen.order import inherited_order
-from datagen.shards import (CARRIED_KEYS, ShardSetWriter, iter_raw_samples, read_manifest,
+from compclip.shardset.imageio import decode_image, encode_image
+from compclip.shardset.order import inherited_order
+from compclip.shardset.shards import (CARRIED_KEYS, ShardSetWriter, iter_raw_samples, read_manifest,
                             shard_urls)
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ def generate_picked(backend: ImageBackend, captions: Sequence[str], seeds: Seque
     if pick not in PICK_RULES:
         raise ValueError(f"pick rule '{pick}' not one of {PICK_RULES}")
     if pick == "clip" and scorer is None:
-        raise ValueError("pick='clip' needs a scorer (an OpenClipScorer) to rank candidates")
+        raise ValueError("pick='clip' needs a scorer (a `models.encode.OpenClipEncoder`) to rank candidates")
     flat_caps = [c for c, s in zip(captions, seeds) for _ in s]
     flat = backend.generate(flat_caps, [x for s in seeds for x in s])
     out, pos = [], 0
@@ -311,7 +311,7 @@ def write_generated(src: str | Path, dst: str | Path, backend: ImageBackend,
 
 def write_generated_object_bank(backend: ImageBackend, nouns: Sequence[str], out_dir: str | Path,
                                 seed: int = 0, prompt: str = "a photo of a {}") -> list[Path]:
-    """An object bank for `datagen.stitch` from noun prompts: `<noun>.png` per noun (opaque)."""
+    """An object bank for `datagen.images.stitch` from noun prompts: `<noun>.png` per noun (opaque)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     images = backend.generate([prompt.format(n) for n in nouns],

@@ -7,11 +7,11 @@
 - a shard set folder (one with `manifest.json`): `{"shards", "samples", "sha256"}`, the hash of
   its shards' sha256 in order (read from the manifest; the shards are not read);
 - any other folder (an object bank): `{"files", "bytes", "sha256"}` over its image files
-  (`datagen.imageio.IMAGE_SUFFIXES`, sub-folders included, hidden files not), the hash of their
+  (`compclip.shardset.imageio.IMAGE_SUFFIXES`, sub-folders included, hidden files not), the hash of their
   relative names, sizes and mtime_ns.
 A file whose size and mtime_ns equal a known fingerprint's is not hashed again (`fingerprint(path,
 known)` returns `known`); one whose mtime alone changed is hashed and counts as unchanged when its
-bytes are the same. `datagen.shards.pin_options` / `pin_inputs` record them in the manifest.
+bytes are the same. `compclip.shardset.shards.pin_options` / `pin_inputs` record them in the manifest.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def fingerprint(path: str | Path, known: Optional[dict[str, Any]] = None) -> dic
         return {"shards": len(shards), "samples": sum(s["samples"] for s in shards),
                 "sha256": _digest([s["sha256"] for s in shards])}
     if path.is_dir():
-        from datagen.imageio import IMAGE_SUFFIXES
+        from compclip.shardset.imageio import IMAGE_SUFFIXES
         files = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES
                        and p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
         stats = [(p.relative_to(path).as_posix(), p.stat()) for p in files]

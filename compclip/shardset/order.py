@@ -14,7 +14,7 @@ run skips `inputs_done` positions of the same permutation. The manifest records
 another order (`check_order`). A set rewritten sample by sample from another set (kNN
 neighbours, generated images, negatives added to a shard set) keeps its source's order and says
 so: `inherited_order(src)` = the source's record plus `"inherited_from": <src>`. A sharded set
-too large for memory is put in a new order by `datagen.shuffle` (two passes, bounded memory),
+too large for memory is put in a new order by `compclip.shardset.shuffle` (two passes, bounded memory),
 which records `"method": "buckets"` and its bucket count. `order_for_input(path, seed)` picks
 the rule for a writer that reads a file or a shard set (the negatives pipeline).
 """
@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, TypeVar
 
 import numpy as np
+
+from compclip.shardset.manifest import read_manifest
 
 T = TypeVar("T")
 ORDER_KEY = "order"
@@ -64,7 +66,6 @@ def input_order() -> dict[str, Any]:
 def inherited_order(src: str | Path, manifest: Optional[dict] = None) -> dict[str, Any]:
     """The record of a set copied sample by sample, in order, from the shard set `src`."""
     if manifest is None:
-        from datagen.shards import read_manifest
         manifest = read_manifest(src)
     record = dict(manifest.get(ORDER_KEY) or {"shuffled": False})
     record.pop("inherited_from", None)

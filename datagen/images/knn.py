@@ -2,15 +2,15 @@
 write them into a copy of the set as `nn.json`.
 
 1. `embed_shard_set`: every anchor image, decoded robustly (corrupt ones are marked invalid and
-   later skipped and counted), is embedded by an `OpenClipScorer` in batches and written row by
+   later skipped and counted), is embedded by an `OpenClipEncoder` (`models.encode`) in batches and written row by
    row into a float16 (or float32) `.npy` memmap, so the set may exceed memory. Reading,
-   decoding and preprocessing run in DataLoader workers (`datagen.knn_images`), in row order,
+   decoding and preprocessing run in DataLoader workers (`datagen.images.knn_images`), in row order,
    so the memmap does not depend on the worker count. A sidecar JSON holds keys, a content
    hash of each image's bytes, and validity.
 2. `find_neighbours`: cosine similarity (embeddings are L2-normalised, so inner product) with
    faiss. `method="exact"` (the default up to `EXACT_LIMIT` images) is a self-join: each block
    pair's product once with numpy's BLAS (half the N x N products), top k per row by
-   (score, then smaller id) (`self_join_topk`; retries use `BlasFlatIP`, query chunks against
+   (score, then smaller id) (`self_join_topk`, `datagen.images.knn_selfjoin`; retries use `BlasFlatIP`, query chunks against
    all rows, top k in faiss' heaps; same answers as `faiss.IndexFlatIP`, `method="flat"`, up to
    the order of exact ties, but faster here); `method="approx"` is any
    faiss index factory string, default
@@ -31,34 +31,29 @@ write them into a copy of the set as `nn.json`.
 """
 from __future__ import annotations
 
-import ctypes
-import hashlib
 import json
 import logging
 import math
 import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import faiss
 import numpy as np
-from threadpoolctl import threadpool_info, threadpool_limits
 
-from datagen.order import inherited_order
-from datagen.schema import SchemaError
-from datagen.shards import (CARRIED_KEYS, KeyIndex, ShardSetWriter, iter_raw_samples,
+from compclip.shardset.order import inherited_order
+from compclip.shardset.schema import SchemaError
+from compclip.shardset.shards import (CARRIED_KEYS, KeyIndex, ShardSetWriter, iter_raw_samples,
                             read_manifest, shard_urls)
+from datagen.images.knn_selfjoin import self_join_topk, ties_by_id
 
 log = logging.getLogger(__name__)
 
 EXACT_LIMIT = 300_000
 DUP_THRESHOLD = 0.999
 EXTRA = 4  # candidates searched beyond k + 1 (itself), for exclusions
-ONE_PASS_SHARE = 1 / 32  # self-join: above this share of a block passing the lowest threshold, a second pass
 
 
 @dataclass
@@ -72,10 +67,6 @@ class Embeddings:
     @property
     def skipped(self) -> int:
         return int((~self.valid).sum())
-
-
-def image_hash(data: bytes) -> int:
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little", signed=True)
 
 
 def _sidecar(path: Path) -> Path:
@@ -95,7 +86,7 @@ def _sources(directory: str | Path) -> list[str]:
 
 def _image_encoder(scorer) -> tuple[Optional[Callable], Callable]:
     """(transform run in the loader workers, encode of a list of what it returns). A scorer with
-    `preprocess` and `encode_image_tensors` (OpenClipScorer) gets its preprocessing done in the
+    `preprocess` and `encode_image_tensors` (`models.encode.OpenClipEncoder`) gets its preprocessing done in the
     workers; any other `encode_images` scorer gets decoded PIL images."""
     if hasattr(scorer, "preprocess") and hasattr(scorer, "encode_image_tensors"):
         import torch
@@ -111,7 +102,7 @@ def embed_shard_set(directory: str | Path, scorer, out_path: str | Path, batch_s
     `workers` DataLoader processes read, decode and preprocess the images (default
     `default_workers()`; 0: in this process); the result does not depend on it."""
     from compclip.cli import progress as bar_of
-    from datagen.knn_images import default_workers, image_loader
+    from datagen.images.knn_images import default_workers, image_loader
     out_path = Path(out_path)
     side = _sidecar(out_path)
     if side.is_file() and out_path.is_file():
@@ -214,204 +205,6 @@ class BlasFlatIP:
         return self_join_topk(self._xb[:self.ntotal], k, self.join_block)
 
 
-_SIGN = np.uint32(0x80000000)
-_LOW = np.uint64(0xFFFFFFFF)
-
-
-def _rank_keys(scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """uint64 keys ordered like (score descending, id ascending): the float's bits made monotonic
-    in the high half, the complement of the id in the low half; 0 is below every key."""
-    bits = (np.asarray(scores, np.float32) + np.float32(0)).view(np.uint32)  # -0.0 -> +0.0
-    high = np.where(bits & _SIGN, ~bits, bits | _SIGN).astype(np.uint64)
-    return (high << np.uint64(32)) | (_LOW - np.asarray(ids).astype(np.uint64))
-
-
-def _ties_by_id(scores: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows re-ordered by (score descending, id ascending), empty slots (-1) last: faiss' heaps
-    list equal scores by descending id, the self-join and numpy's stable argsort ascending."""
-    keys = np.where(ids >= 0, _rank_keys(scores, np.maximum(ids, 0)), np.uint64(0))
-    order = np.argsort(keys, axis=1, kind="stable")[:, ::-1]
-    return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
-
-
-def _key_scores(keys: np.ndarray) -> np.ndarray:
-    high = (keys >> np.uint64(32)).astype(np.uint32)
-    return np.where(high & _SIGN, high & ~_SIGN, ~high).astype(np.uint32).view(np.float32)
-
-
-def _blas_threads() -> int:
-    return max([1] + [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"])
-
-
-def _syrk() -> Optional[Callable[[np.ndarray, np.ndarray], None]]:
-    """`syrk(x, out)`: the lower triangle, diagonal included, of `x @ x.T` into the row-major
-    `out` (its strict upper triangle untouched), by BLAS `ssyrk` (half a square product's work)
-    from scipy, which scikit-learn brings; None without it (the diagonal block pairs then use a
-    full product). It is scipy's Cython BLAS routine (the one `scipy.linalg.blas.ssyrk` calls,
-    so the same products), called through ctypes, which lets go of the GIL: scipy's Python
-    wrapper holds it for the whole product, which made the join's threads wait for each other."""
-    try:
-        from scipy.linalg import cython_blas
-    except ImportError:
-        return None
-    capsule = cython_blas.__pyx_capi__["ssyrk"]
-    ctypes.pythonapi.PyCapsule_GetName.restype = ctypes.c_char_p
-    ctypes.pythonapi.PyCapsule_GetName.argtypes = [ctypes.py_object]
-    ctypes.pythonapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
-    ctypes.pythonapi.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    address = ctypes.pythonapi.PyCapsule_GetPointer(capsule, ctypes.pythonapi.PyCapsule_GetName(capsule))
-    integer, real, ptr = ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_float), ctypes.c_void_p
-    fortran = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, integer, integer, real, ptr,
-                               integer, real, ptr, integer)(address)
-
-    def syrk(x: np.ndarray, out: np.ndarray) -> None:
-        """C = A^T A of the column-major A = X^T (X's own memory): syrk's upper triangle,
-        column-major, is the row-major lower one of `out`."""
-        assert x.dtype == out.dtype == np.float32 and x.flags.c_contiguous and out.flags.c_contiguous
-        m, d = x.shape
-        assert out.shape == (m, m) and max(m, d) < 2 ** 31
-        i = lambda v: ctypes.byref(ctypes.c_int(v))  # noqa: E731
-        f = lambda v: ctypes.byref(ctypes.c_float(v))  # noqa: E731
-        fortran(b"U", b"T", i(m), i(d), f(1.0), x.ctypes.data, i(d), f(0.0), out.ctypes.data, i(m))
-    return syrk
-
-
-def _passing(prod: np.ndarray, thr_i: np.ndarray, thr_j: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Flat positions in `prod` of (at least) every product that reaches its row's threshold
-    (`thr_i`) or its column's (`thr_j`); NaN never passes. One comparison with the lowest
-    threshold of either, a scalar (numpy compares with a scalar ~3x faster than with a
-    broadcast vector of thresholds); where more than `ONE_PASS_SHARE` of the block passes it,
-    one comparison with each product's own bound, the lower of its row's and its column's."""
-    np.greater_equal(prod, min(thr_i.min(), thr_j.min()), out=mask)
-    if np.count_nonzero(mask) > ONE_PASS_SHARE * prod.size:
-        np.greater_equal(prod, thr_i[:, None], out=mask)
-        mask |= prod >= thr_j[None, :]
-    return np.flatnonzero(mask)
-
-
-def self_join_topk(xb: np.ndarray, k: int, block: int = 2048, probe: int = 256,
-                   margin: float = 1e-3, threads: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top k by inner product of every row of `xb` against all rows (itself included),
-    computing each pair's product once: (scores [N, k] best first, ids; -1 / -inf pad).
-
-    Blocks of `block` rows: for block pairs i <= j one product `X_i X_j^T` serves the rows of i
-    (its rows) and, when i < j, the rows of j (its columns), so the products cost half of the
-    full N x N. A diagonal pair computes one triangle of `X_i X_i^T` (`_syrk`; the other holds
-    NaN), each product (a, b), a >= b, serving rows a and b. Selection keeps, per row, the k
-    best (score, id) pairs as uint64 keys ordered like (score descending, id ascending), so ties
-    go to the smaller id whatever the block order (as numpy's stable argsort of the scores). A
-    product enters a row's candidates only if it is >= the row's threshold: the k-th best kept
-    so far, primed before the loop with the k-th best against `probe` evenly spaced rows (less
-    `margin` times the norms, as those products are rounded in another shape), always a lower
-    bound of the true k-th best, so nothing that belongs is dropped. Diagonal block pairs go
-    first, so every row's threshold is the k-th best of its own block before the off-diagonal
-    pairs. Selection is one comparison pass per block (`_passing`), the exact thresholds on
-    what passes, and a merge of the few that remain. Block pairs run in `threads` threads
-    (default: numpy's BLAS thread count), each product on one BLAS thread.
-    """
-    xb = np.ascontiguousarray(xb, np.float32)
-    n = len(xb)
-    k = min(k, n)
-    best = np.zeros((n, k), np.uint64)
-    thr = np.full(n, -np.inf, np.float32)
-    if k == 0:
-        return np.empty((n, 0), np.float32), np.empty((n, 0), np.int64)
-    syrk = _syrk()  # imported before the thread limit below, so that it covers its BLAS too
-    sample = xb[::max(1, n // probe)][:probe]
-    primed = len(sample) >= k
-    reach = margin * float(np.linalg.norm(sample, axis=1).max()) if primed else 0.0
-
-    def prime(start: int) -> None:
-        """Rows [start, start + 8192): the k-th best against the sample, less the margin (the
-        margin scales with the norms, as the rounding of a product does)."""
-        chunk = xb[start:start + 8192]
-        part = chunk @ sample.T
-        thr[start:start + 8192] = (np.partition(part, len(sample) - k, axis=1)[:, len(sample) - k]
-                                   - reach * np.linalg.norm(chunk, axis=1))
-
-    def candidates(rows: np.ndarray, keys: np.ndarray, i0: int, j0: int, m: int):
-        """Per row (ascending), its best k of the new candidate keys: (rows, [rows, <= k] keys,
-        0 = none). Outside the lock; `rows` lie in [i0, i0 + m) or [j0, j0 + m), so a stable
-        sort of their 16-bit local numbers (a radix sort in numpy) groups them in linear time."""
-        local_rows = rows - i0 if j0 == i0 else np.where(rows >= j0, rows - j0 + m, rows - i0)
-        order = np.argsort(local_rows.astype(np.uint16 if 2 * m <= 65536 else np.int64), kind="stable")
-        rows, keys = rows[order], keys[order]
-        first = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1]]))
-        counts = np.diff(np.append(first, len(rows)))
-        width = int(counts.max())
-        pad = np.zeros((len(first), width), np.uint64)
-        pad[np.repeat(np.arange(len(first)), counts), np.arange(len(rows)) - np.repeat(first, counts)] = keys
-        if width > k:
-            pad = np.partition(pad, width - k, axis=1)[:, width - k:]
-        return rows[first], pad
-
-    def merge(uniq: np.ndarray, new: np.ndarray) -> None:
-        """Each row's k best of its kept and its new candidates; its threshold raised to the
-        k-th of them once it has k."""
-        top = np.partition(np.concatenate([best[uniq], new], axis=1), new.shape[1], axis=1)[:, new.shape[1]:]
-        best[uniq] = top
-        low = top.min(1)
-        full = uniq[low > 0]
-        thr[full] = np.maximum(thr[full], _key_scores(low[low > 0]))
-
-    side = min(n, block)
-    local, lock = threading.local(), threading.Lock()
-
-    def product(i0: int, j0: int) -> np.ndarray:
-        """X_i X_j^T in this thread's buffer. On the diagonal (with syrk) only its lower
-        triangle, diagonal included, is computed, into a buffer whose strict upper triangle
-        holds NaN, which passes no threshold."""
-        if not hasattr(local, "prod"):
-            local.prod, local.mask, local.diag = np.empty(side * side, np.float32), np.empty(side * side, bool), {}
-        xi, xj = xb[i0:i0 + block], xb[j0:j0 + block]
-        if i0 == j0 and syrk is not None:
-            m = len(xi)
-            if m not in local.diag:
-                local.diag[m] = np.triu(np.full((m, m), np.nan, np.float32), 1)
-            syrk(xi, local.diag[m])
-            return local.diag[m]
-        return np.matmul(xi, xj.T, out=local.prod[:len(xi) * len(xj)].reshape(len(xi), len(xj)))
-
-    def join(pair: tuple[int, int]) -> None:
-        """The candidates of one block pair: product (a, b) for row i0 + a (`by_i`) and, off
-        the diagonal or below it, for row j0 + b (`by_j`)."""
-        i0, j0 = pair
-        prod = product(i0, j0)
-        thr_i, thr_j = thr[i0:i0 + prod.shape[0]].copy(), thr[j0:j0 + prod.shape[1]].copy()
-        flat = _passing(prod, thr_i, thr_j, local.mask[:prod.size].reshape(prod.shape))
-        a, b = np.divmod(flat, prod.shape[1])
-        vals = prod.ravel()[flat]
-        by_i, by_j = vals >= thr_i[a], vals >= thr_j[b]
-        if j0 == i0 and syrk is not None:  # the triangle: (a, a) serves row a once
-            by_j &= a != b
-        elif j0 == i0:  # the full product: (b, a) is there too, so rows only
-            by_j[:] = False
-        rows = np.concatenate([a[by_i] + i0, b[by_j] + j0])
-        if not len(rows):
-            return
-        ids = np.concatenate([b[by_i] + j0, a[by_j] + i0])
-        keys = _rank_keys(np.concatenate([vals[by_i], vals[by_j]]), ids)
-        uniq, new = candidates(rows, keys, i0, j0, prod.shape[0])
-        with lock:
-            merge(uniq, new)
-
-    starts = range(0, n, block)
-    pairs = [(i, i) for i in starts] + [(i, j) for i in starts for j in starts if j > i]
-    threads = threads or _blas_threads()
-    # block pairs in `threads` threads, each with a one-thread BLAS: no BLAS synchronisation per
-    # product, and the selection runs in parallel as well (numpy releases the GIL). A thread may
-    # read a threshold another is raising: either value is a lower bound, so the answer holds.
-    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
-        if primed:
-            list(pool.map(prime, range(0, n, 8192)))
-        list(pool.map(join, pairs))
-    best = np.sort(best, axis=1)[:, ::-1]
-    empty = best == 0
-    scores = np.where(empty, -np.inf, _key_scores(best)).astype(np.float32)
-    ids = np.where(empty, -1, (_LOW - (best & _LOW)).astype(np.int64))
-    return scores, ids
-
-
 def build_index(vectors: np.ndarray, rows: np.ndarray, method: str = "exact",
                 factory: Optional[str] = None, nprobe: int = 16, chunk: int = 65_536,
                 train_size: int = 1_000_000, seed: int = 0) -> faiss.Index:
@@ -476,7 +269,7 @@ def search(index: faiss.Index, vectors: np.ndarray, rows: np.ndarray, query_pos:
             scores, ids = first
             first = None
         else:
-            scores, ids = _ties_by_id(*index.search(queries[todo], min(ks, index.ntotal)))
+            scores, ids = ties_by_id(*index.search(queries[todo], min(ks, index.ntotal)))
         keep = _keep(query_pos[todo], ids, scores, h, dup_threshold)
         order = np.argsort(~keep, axis=1, kind="stable")[:, :k]
         got = np.take_along_axis(keep, order, 1)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from datagen.shards import iter_raw_samples, shard_urls
+from compclip.shardset.shards import iter_raw_samples, shard_urls
 
 IMAGE_COLUMNS = ("filepath", "image", "image_path", "filename", "file_name", "path")
 CAPTION_COLUMNS = ("caption", "title", "text", "sentence")

@@ -1,0 +1,1 @@
+"""Image shard sets: stitched pairs, kNN hard negatives, generated images."""
