@@ -76,12 +76,12 @@ def test_sugarcrepe_captions_as_corpus_smoke(shared_benchmarks):
     # with the plausibility filter (default): replace and add cover >= 90 % of the captions;
     # swap only about a third since the plausibility guards (swap:obj takes only scenes that
     # can exist, as rare as SugarCrepe's; docs/negatives.md, Bias audit), below issue 17's 80 %
-    # add:obj 0.75: no neighbour after a place / scene / weather since session 25 (89.7 -> 83.8 %),
-    # co-subjects and companions that fit the subject since session 27 (-> 79.7 %); the add kind
-    # keeps >= 93 % (the floor below; 94.8 % since session 28's scene check), which is what
-    # issue 17's 80 % is about; replace:obj 0.8: only nouns that fit the scene since session 28
+    # add:obj 0.75: no neighbour after a place / scene / weather since d7a1d8d (89.7 -> 83.8 %),
+    # co-subjects and companions that fit the subject since ce8bd56 (-> 79.7 %); the add kind
+    # keeps >= 93 % (the floor below; 94.8 % since f2495f4's scene check), which is what
+    # issue 17's 80 % is about; replace:obj 0.8: only nouns that fit the scene since f2495f4
     # (88.5 -> 85.2 % on all 4,345 captions, 82 % on these 1,500, whose smaller scene model
-    # refuses more); replace:att 0.25: since session 29 an adjective of no attribute group, or of
+    # refuses more); replace:att 0.25: since 93ec125 an adjective of no attribute group, or of
     # an animal, food, plant or place, is replaced only by one seen with its head, and never the
     # first half of a unit ("polar bear") (43.6 -> 34.4 % on all 4,345 captions, 30.0 % on these
     # 1,500, whose smaller vocabulary knows fewer adjectives per head)

@@ -3,9 +3,9 @@
 - Golden hashes: `run_generate` on SugarCrepe's first captions writes the same shard,
   `vocab.json` and `negatives_stats.json` (timings left out) as the code before the speed work
   (ae7d39e; hashes taken by running this test's `_hashes` on that commit); updated since when
-  issue 17's passes changed the rules on purpose (last: session 29, add:obj's misread
+  issue 17's passes changed the rules on purpose (last: 93ec125, add:obj's misread
   subjects, replace:att's units and head-only draws, replace:rel's postures, times and fixed
-  phrases; before, session 28's scene model).
+  phrases; before, f2495f4's scene model).
   When a rule, the vocabulary or the scorer changes what is written ON PURPOSE, update them
   (and say so).
 - Fast paths equal the slow ones they stand for: the byte-translation `tokens` / `normalise`
@@ -31,7 +31,7 @@ from datagen.negatives.plausibility import _TOKEN, BOS, EOS, NgramLM, tokens
 from compclip.shardset.schema import ShardSample
 from compclip.shardset.shards import ShardSetWriter, read_image_ids
 
-GOLDEN = {  # issue 17's rules as of session 29 (update when the rules change on purpose)
+GOLDEN = {  # issue 17's rules as of 93ec125 (update when the rules change on purpose)
     "sample": {
         "shard-000000.tar": "a5ba8dc8b1db78a258105c962bd4e5da34db16402b80d57cf9fc56e287899ecf",
         "vocab.json": "f5b18e7d932fdd532a4b7f125d019a96b52d9d2d676ab9cea27f8336cbde0ce8",

@@ -6,7 +6,8 @@
         --src captions.json --out out/           # NegCLIP's swaps, as its authors' script made them
     python -m datagen negatives audit --sugarcrepe ../shared/benchmarks/sugarcrepe \
         --json audit.json --markdown audit.md [--ours out/] [--judge-sample to_judge.tsv]
-    python -m datagen negatives judged docs/negatives_judged_before.tsv docs/negatives_judged_after.tsv
+    python -m datagen negatives judged docs/data/negatives_judged/43bb405_sample.tsv \
+        docs/data/negatives_judged/ddf1f4b_sample.tsv
 
 `generate` writes a shard set (see datagen/negatives/pipeline.py); rerunning the same command
 after a kill resumes. With `--images` each caption's image file is put into its sample (what
