@@ -78,10 +78,12 @@ def versions(packages: dict[str, str] = PACKAGES) -> dict[str, Optional[str]]:
 
 
 def git_commit(root: Path = ROOT) -> str:
-    """`<sha>` or `<sha> (+ uncommitted changes)`; outside a git checkout (a copied tree on a GPU
-    machine) the value of COMPCLIP_GIT_COMMIT, else 'unknown'. The bench's own outputs
+    """`<sha>` or `<sha> (+ uncommitted changes)`; COMPCLIP_GIT_COMMIT when set (a tree copied to a
+    GPU machine, whose git metadata may be stale); 'unknown' outside a git checkout. The bench's own outputs
     (bench/results/, bench/RESULTS*.md) do not count as changes."""
     given = os.environ.get("COMPCLIP_GIT_COMMIT", "").strip() or "unknown"
+    if given != "unknown":  # a copied tree's own git metadata can be stale
+        return given
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                              timeout=10).stdout.strip()
