@@ -78,10 +78,12 @@ def versions(packages: dict[str, str] = PACKAGES) -> dict[str, Optional[str]]:
 
 
 def git_commit(root: Path = ROOT) -> str:
-    """`<sha>` or `<sha> (+ uncommitted changes)`; outside a git checkout (a copied tree on a GPU
-    machine) the value of COMPCLIP_GIT_COMMIT, else 'unknown'. The bench's own outputs
+    """`<sha>` or `<sha> (+ uncommitted changes)`; COMPCLIP_GIT_COMMIT when set (a tree copied to a
+    GPU machine, whose git metadata may be stale); 'unknown' outside a git checkout. The bench's own outputs
     (bench/results/, bench/RESULTS*.md) do not count as changes."""
     given = os.environ.get("COMPCLIP_GIT_COMMIT", "").strip() or "unknown"
+    if given != "unknown":  # a copied tree's own git metadata can be stale
+        return given
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                              timeout=10).stdout.strip()
@@ -317,7 +319,7 @@ def write_caption_shards(directory: str | Path, pairs: Sequence[tuple[str, str]]
     K with a keys.tsv index. Written through compclip.shardset.shards.ShardSetWriter (manifest features set)."""
     from compclip.shardset.schema import Negative, Neighbour, Partner, ShardSample
     from compclip.shardset.shards import KeyIndex, ShardSetWriter
-    from trainer.fixtures import COLOURS, scene_jpeg
+    from tests.fixtures.shards import COLOURS, scene_jpeg
     if not pairs:
         raise ValueError("write_caption_shards: no captions")
     names = list(COLOURS)

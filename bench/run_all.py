@@ -104,7 +104,7 @@ def render(res: dict, run: dict) -> str:
           f"- date: {run['date']}; whole run {fmt_num(run.get('wall_s'))} s",
           f"- git commit: {run['git_commit']}",
           f"- machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, {m['platform']}",
-          f"- GPU: {gpu or 'none. No GPU was lent to this run, so there is no GPU number in this report.'}",
+          f"- GPU: {gpu or 'none on this machine; GPU numbers come from their own command (section 9)'}",
           f"- load average (1, 5, 15 min) at start: {run['load_start']}; at end: {run.get('load_end')} "
           "(above 0 means other work shared the CPU; repetitions are interleaved so drift hits all cases alike)",
           f"- threads: OMP/MKL/OpenBLAS = {run['threads']} per process unless a row says otherwise; "
@@ -124,7 +124,8 @@ def render(res: dict, run: dict) -> str:
                             ("5. eval", section_eval, (res.get("eval"),)),
                             ("6. same-image pairs", section_same_image, (res.get("same_image"),)),
                             ("7. today vs before issue 18", section_today_vs_old, (res.get("trainer"),)),
-                            ("8. loader per worker", section_loader, (res.get("loader"),))):
+                            ("8. loader per worker", section_loader, (res.get("loader"),)),
+                            ("9. GPU", section_gpu, (res.get("gpu"), res.get("gpu_eval")))):
         try:
             sections.append(fn(*args, goals, notes))
         except (KeyError, TypeError, ValueError, AttributeError) as err:  # e.g. a JSON file from an older script
@@ -504,6 +505,67 @@ def section_loader(r, goals, notes) -> str:
                          rows, align=["l", "r", "l", "l", "r", "r"]))
 
 
+def section_gpu(r, ev, goals, notes) -> str:
+    """One GPU card, one command (bench/bench_gpu.py, launch/gpu_check.sh): ours vs open_clip_train,
+    NegCLIP-style, where the time goes; eval on CUDA (bench_eval.py --device cuda). Not run by
+    run_all.py: its JSON files come from a GPU machine."""
+    L = ["## 9. GPU (bench/bench_gpu.py, bench/bench_eval.py --device cuda)", ""]
+    if not r:
+        goals.append(["GPU: NegCLIP-style anchors/s, ours / open_clip_train", "1,300; >= 1.3x", "not measured", "-"])
+        return "\n".join(L + ["Not measured: bench/results/gpu.json is missing (it is written on a GPU machine "
+                               "by `python bench/bench_gpu.py`; docs/bench.md, \"GPU\")."])
+    m = r["meta"]
+    L += [f"- card: {r['device']} (torch.cuda.get_device_name()); machine: {m['machine']['cpu']}, "
+          f"{m['machine']['cores']} cores; torch {m['versions'].get('torch')}, open_clip {m['versions'].get('open_clip')}",
+          f"- commit: {m['git_commit']}; date: {m['date']}",
+          f"- command (every number of this table, one process tree, cases interleaved): `{m['command']}`",
+          f"- {r['arch']}, random init, batch {r['batch']}, {r['steps']} steps per run, samples/s over the steps "
+          f"after {r['warmup_steps']} (TensorBoard event times), {r['reps']} runs each, {r['workers']} data workers "
+          f"each; {r['images']}, COCO captions, 224 px train transform", ""]
+    rows = []
+    for case, label in (("ours_plain", "ours, plain CLIP (B x B), AdamW foreach"),
+                        ("open_clip_train", "open_clip_train, plain CLIP, AdamW default (foreach)"),
+                        ("ours_negclip", "ours, NegCLIP-style (2B x 4B), AdamW fused")):
+        c = r[case]
+        rows.append([label, fmt_stat(c["samples_per_s"]), fmt_num(c.get("peak_memory_allocated_mib")),
+                     fmt_num(c.get("card_memory_used_peak_mib"))])
+    L.append(markdown_table(["run", "anchors/s", "peak allocated MiB", "card memory.used peak MiB"], rows))
+    ratio = r["ratio_ours_over_theirs"]
+    neg = r["ours_negclip"]
+    L += ["", f"ours / open_clip_train (plain, same optimiser, paired by repetition): {fmt_stat(ratio, 'x')}.",
+          f"Memory: {r['memory_note']}."]
+    goals.append(["GPU: ours / open_clip_train, plain, same card (" + r["device"] + ")", ">= 1.3x",
+                  fmt_stat(ratio, "x"), yes(r["goal_met"])])
+    goals.append(["GPU: NegCLIP-style anchors/s, " + r["arch"] + " B=" + str(r["batch"]) + " (" + r["device"] + ")",
+                  fmt_num(neg["goal_samples_per_s"]), fmt_stat(neg["samples_per_s"]), yes(neg["goal_met"])])
+    prof = r.get("profile") or {}
+    if prof:
+        d, st = prof["data_only"], prof["step_only"]["anchors_per_s"]
+        L += ["", "Where the time goes (same command, after the runs): anchors/s of our data path alone "
+              f"({d['plain']['workers']} workers, no model) and of the step alone (bf16 forward + backward + AdamW "
+              "on random batches, COCO caption lengths, no data loading); a run is bounded by the smaller.", ""]
+        L.append(markdown_table(["shape", "data path alone", "step alone, fused AdamW", "step alone, foreach AdamW"],
+                                [["plain", fmt_num(d["plain"]["anchors_per_s"]), fmt_num(st["plain_auto"]),
+                                  fmt_num(st["plain_foreach"])],
+                                 ["NegCLIP-style", fmt_num(d["negclip"]["anchors_per_s"]), fmt_num(st["negclip_auto"]),
+                                  fmt_num(st["negclip_foreach"])]]))
+        if not neg["goal_met"]:
+            notes.append(f"GPU NegCLIP-style: {fmt_num(neg['samples_per_s']['median'])} anchors/s on {r['device']} "
+                         f"against the goal {fmt_num(neg['goal_samples_per_s'])}; the data path alone gave "
+                         f"{fmt_num(d['negclip']['anchors_per_s'])} and the step alone {fmt_num(st['negclip_auto'])}: "
+                         "JPEG decoding of 2 images per anchor in the workers bounds the run, not the GPU step.")
+    if ev:
+        L += ["", f"Eval on CUDA: `{ev['meta']['command']}` ({ev.get('device')}, {ev['arch']}, "
+              f"synthetic fixture n={ev['fixture_n']}; load + encode + score per benchmark, images decoded on the CPU):", ""]
+        L.append(markdown_table(["benchmark", "items", "items/s"],
+                                [[n, b["items"], fmt_stat(b["items_per_s"])] for n, b in ev["per_benchmark"].items()]))
+        left_out = sorted({"aro", "left_right"} - set(ev.get("benchmarks") or []))
+        if left_out:
+            L.append(f"\nNot measured on the GPU: {', '.join(left_out)} (they tag captions with spaCy, which the GPU "
+                     "image lacks and the wheel folder does not carry).")
+    return "\n".join(L)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smoke check: small sizes, few repetitions")
@@ -549,6 +611,9 @@ def main() -> None:
     res = {}
     for name, (_, json_name, *_rest) in STEPS.items():
         path = results_dir / f"{json_name}.json"
+        res[name] = json.loads(path.read_text()) if path.is_file() else None
+    for name in ("gpu", "gpu_eval"):  # written on a GPU machine (bench/bench_gpu.py), never run here
+        path = results_dir / f"{name}.json"
         res[name] = json.loads(path.read_text()) if path.is_file() else None
     report.write_text(render({**res, "images": res.get("images") or res.get("knn")}, run))
     log(f"wrote {report}")
