@@ -13,7 +13,9 @@ At fp16 many near-equal scores become exact ties, which VG-Relation / VG-Attribu
 [false, true]) and every strict `>` rule count as wrong, so fp32 numbers differ from the published
 fp16 ones for those models. `fp16` here reproduces the reference's arithmetic as closely as torch
 allows on any device: the model is a copy with open_clip's `convert_weights_to_lp` (the weights
-`clip.load` halves: linear, conv, attention, projections; LayerNorm stays fp32 as in CLIP), its
+`clip.load` halves: linear, conv, attention, projections; LayerNorm keeps fp32 weights and, as
+CLIP's own LayerNorm does, normalises in fp32 and casts back: open_clip's `LayerNormFp32`, the
+class open_clip itself builds at low precision, so CUDA's kernel gets one dtype), its
 features are L2-normalised in fp16, and every score is an fp16 product summed by torch (fp32
 accumulation on CPU, then rounded to fp16). What differs from the reference: numpy's fp16
 `einsum` may round partial sums to fp16 and the reference normalises with numpy on fp16 arrays,
@@ -39,6 +41,10 @@ def lowered_copy(model: nn.Module, precision: str) -> nn.Module:
     """A copy of an open_clip model with its weights in `precision` as `clip.load` does for fp16
     (the caller's model is left as it was)."""
     from open_clip.model import convert_weights_to_lp
+    from open_clip.transformer import LayerNorm, LayerNormFp32
     low = copy.deepcopy(model)
     convert_weights_to_lp(low, dtype=dtype_of(precision))
+    for module in low.modules():
+        if type(module) is LayerNorm:  # same parameters; computes in fp32 and casts back
+            module.__class__ = LayerNormFp32
     return low

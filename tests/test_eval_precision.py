@@ -91,3 +91,20 @@ def test_open_clip_scorer_fp16_copy_leaves_the_model_in_fp32(micro_model):
     with pytest.raises(ValueError, match="precision must be one of"):
         OpenClipScorer.from_loaded(micro_model, precision="fp8")
     assert np.asarray(option_scores(i16, t16[None].expand(2, 2, -1))).dtype == np.float32
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_lowered_copy_normalises_in_fp32_as_clip_does(micro_model, precision):
+    """Every LayerNorm of the low-precision copy keeps fp32 weights, normalises the fp32 value of its
+    input and casts back (CLIP's LayerNorm): on CUDA a low-precision input never meets fp32 weights
+    in the kernel. Fails with open_clip's plain LayerNorm, which passes the input as it is."""
+    from torch.nn import LayerNorm
+    from eval.precision import dtype_of, lowered_copy
+    low = lowered_copy(micro_model.model, precision)
+    norms = [m for m in low.modules() if isinstance(m, LayerNorm)]
+    assert norms and all(m.weight.dtype == torch.float32 for m in norms)
+    x = torch.randn(3, norms[0].normalized_shape[0]).to(dtype_of(precision))
+    for m in norms:
+        want = torch.nn.functional.layer_norm(x.float(), m.normalized_shape, m.weight, m.bias, m.eps)
+        got = m(x)
+        assert got.dtype == x.dtype and torch.equal(got, want.to(x.dtype))

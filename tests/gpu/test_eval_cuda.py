@@ -92,10 +92,6 @@ def test_benchmark_accuracies_agree(scored):
     assert len(diffs) <= 1 and all(abs(a - b) <= 0.1 for *_, a, b in diffs), diffs
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError,
-                   reason="known bug: eval.precision.lowered_copy leaves LayerNorm weights in fp32, and on CUDA "
-                          "layer_norm refuses bf16 input with fp32 weights ('expected scalar type BFloat16 but "
-                          "found Float'); the CPU kernel accepts the mix")
 def test_bf16_scorer_on_cuda_close_to_fp32(scored):
     rec = scored["recording"]
     low = OpenClipScorer.from_loaded(scored["loaded_gpu"], batch_size=32, device="cuda", precision="bf16")
