@@ -94,17 +94,20 @@ def test_open_clip_scorer_fp16_copy_leaves_the_model_in_fp32(micro_model):
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_lowered_copy_normalises_in_fp32_as_clip_does(micro_model, precision):
-    """Every LayerNorm of the low-precision copy keeps fp32 weights, normalises the fp32 value of its
-    input and casts back (CLIP's LayerNorm): on CUDA a low-precision input never meets fp32 weights
-    in the kernel. Fails with open_clip's plain LayerNorm, which passes the input as it is."""
-    from torch.nn import LayerNorm
+def test_lowered_copy_normalises_in_fp32_as_clip_does(micro_model, precision, monkeypatch):
+    """Every LayerNorm of the low-precision copy keeps fp32 weights and hands the kernel the fp32
+    value of its input, casting the result back (CLIP's LayerNorm): CUDA's kernel refuses a
+    low-precision input with fp32 weights, which open_clip's plain LayerNorm would pass it."""
+    from torch.nn import LayerNorm, functional
     from eval.precision import dtype_of, lowered_copy
     low = lowered_copy(micro_model.model, precision)
     norms = [m for m in low.modules() if isinstance(m, LayerNorm)]
     assert norms and all(m.weight.dtype == torch.float32 for m in norms)
+    kernel, seen = functional.layer_norm, []
+    monkeypatch.setattr(functional, "layer_norm", lambda x, *a, **k: seen.append(x.dtype) or kernel(x, *a, **k))
     x = torch.randn(3, norms[0].normalized_shape[0]).to(dtype_of(precision))
     for m in norms:
-        want = torch.nn.functional.layer_norm(x.float(), m.normalized_shape, m.weight, m.bias, m.eps)
+        want = kernel(x.float(), m.normalized_shape, m.weight, m.bias, m.eps)
         got = m(x)
         assert got.dtype == x.dtype and torch.equal(got, want.to(x.dtype))
+    assert seen == [torch.float32] * len(norms)
