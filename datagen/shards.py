@@ -50,6 +50,7 @@ from datagen.fingerprint import changed, fingerprint, sha256_file
 from datagen.order import ORDER_KEY, check_order
 from datagen.schema import SCHEMA_VERSION, SchemaError, ShardSample
 from models.checkpoint import atomic_write
+from compclip.errors import CompclipError
 
 MANIFEST = "manifest.json"
 KEY_INDEX = "keys.tsv"
@@ -59,11 +60,11 @@ OPTIONS_KEY = "options"
 INPUTS_KEY = "inputs"
 
 
-class OptionMismatch(ValueError):
+class OptionMismatch(CompclipError, ValueError):
     """A rerun into an existing output with another value of an option that changes it."""
 
 
-class InputChanged(ValueError):
+class InputChanged(CompclipError, ValueError):
     """A rerun into an existing output whose input is not what it was when the output started."""
 
 

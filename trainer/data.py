@@ -47,6 +47,7 @@ import torch
 import webdataset as wds
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from compclip.errors import DataError
 from datagen.shards import KEY_INDEX, MANIFEST, iter_raw_samples, read_manifest, shard_urls
 from trainer.compose import BadSample, Composer, image_key, negative_allowed, stable_id
 
@@ -72,8 +73,8 @@ def raw_image_group(raw: dict) -> int:
     return stable_id(image_key(meta if isinstance(meta, dict) else {}, raw.get("__key__", "")))
 
 
-class DataError(ValueError):
-    """Unusable training data; the message is one line naming the source, key or sample."""
+# unusable training data raises `DataError` (compclip.errors); the message is one line naming
+# the source, key or sample
 
 
 @dataclass

@@ -40,16 +40,17 @@ from trainer.monitor import Monitor, memory_mb
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.recipe import Recipe, RecipeError, check_best_metric, describe_changes, recipe_to_dict
 from trainer.transforms import split_normalize
+from compclip.errors import CompclipError
 
 PAUSE_ENV = "COMPCLIP_TEST_PAUSE_AT_STEP"  # tests only: sleep after this step until a stop signal (SIGKILL test)
 OPTIMIZER_SETTINGS = ("lr", "initial_lr", "betas", "eps", "weight_decay")  # what a recipe sets per group
 
 
-class TrainingError(RuntimeError):
+class TrainingError(CompclipError, RuntimeError):
     """A fault that stops the run (non-finite loss); the message is one line."""
 
 
-class Stopped(Exception):
+class Stopped(CompclipError):
     """The run stopped on a stop signal after writing the checkpoint of `step`; the message is the
     line to print."""
 

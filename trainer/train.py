@@ -65,7 +65,7 @@ def __getattr__(name: str):
 def one_line(err: BaseException) -> str:
     """The message of an error, one line (DataLoader workers wrap theirs in a traceback)."""
     last = cli.one_line(err)
-    for prefix in ("trainer.data.DataError: ", "DataError: "):
+    for prefix in ("compclip.errors.DataError: ", "trainer.data.DataError: ", "DataError: "):
         last = last.removeprefix(prefix)
     return last
 
@@ -86,6 +86,8 @@ def check_model(recipe) -> None:
     except (UnknownArchitecture, ArchitectureMismatch) as err:
         raise RecipeError(f"model.arch '{m.arch}': {cli.one_line(err)}".replace(
             "leave the architecture out", "set model.arch=null")) from None
+    except cli.InputError:  # its own message already names the weights and the fix
+        raise
     except (ValueError, LookupError, OSError) as err:
         raise RecipeError(f"model.pretrained '{m.pretrained}': {cli.describe(err)}") from None
     problem = tag_weights_problem(arch, weights) if weights and not os.path.isfile(weights) else None

@@ -66,13 +66,14 @@ from datagen.prepare.imagefiles import (SKIP_CORRUPT, SKIP_MISSING, ImageFiles, 
                                         image_bytes)
 from datagen.schema import SUBKINDS, Negative, Partner, SchemaError, ShardSample
 from datagen.shards import ShardSetWriter, grouped, pin_inputs, summed_counts
+from compclip.errors import CompclipError
 
 REQUIRED = ("image_id", "caption", "negative_caption")
 LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"  # how a git-lfs pointer file starts
 STATS_FILE = "prepare_stats.json"
 
 
-class RowError(ValueError):
+class RowError(CompclipError, ValueError):
     """A dataset row that cannot be written; the message names the dataset and row."""
 
 
