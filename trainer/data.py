@@ -64,7 +64,7 @@ def held_out(groups, fraction: float) -> np.ndarray:
     return (np.asarray(groups, dtype=np.int64) % HOLD_OUT_MODULUS) < round(fraction * HOLD_OUT_MODULUS)
 
 
-def raw_image_group(raw: dict) -> int:
+def raw_image_id(raw: dict) -> int:
     """The image id of a raw sample, from its `json` member (as the sample index computes it)."""
     try:
         meta = json.loads(raw.get("json") or b"{}")
@@ -352,7 +352,7 @@ class ShardStream(IterableDataset):
                                           handler=on_shard_error)
         for raw in shuffled(raw_samples, self.shuffle_buffer, random.Random(self._tag("shuffle", stream) + tag)):
             seen += 1
-            if self.hold_out and held_out([raw_image_group(raw)], self.hold_out)[0]:
+            if self.hold_out and held_out([raw_image_id(raw)], self.hold_out)[0]:
                 continue
             if seen > skip:
                 yield seen, raw, random.Random(self._tag("item", stream) + f"{tag}/{seen}")
