@@ -42,7 +42,6 @@ from trainer.recipe import Recipe, RecipeError, check_best_metric, describe_chan
 from trainer.transforms import split_normalize
 from compclip.errors import CompclipError
 
-PAUSE_ENV = "COMPCLIP_TEST_PAUSE_AT_STEP"  # tests only: sleep after this step until a stop signal (SIGKILL test)
 OPTIMIZER_SETTINGS = ("lr", "initial_lr", "betas", "eps", "weight_decay")  # what a recipe sets per group
 
 
@@ -135,15 +134,6 @@ def one_dim_logit_scale(model: torch.nn.Module) -> None:
 def clock() -> float:
     """Seconds for `checkpoint.every_minutes` (a module function, so a test can skew one rank's)."""
     return time.monotonic()
-
-
-def pause(step: int) -> None:
-    """Tests only (`COMPCLIP_TEST_PAUSE_AT_STEP`): sleep after `step` until a stop signal arrives
-    (the run then stops at this step); the SIGKILL tests kill the run here, in-process tests replace
-    this function to stop the run."""
-    print(f"paused at step {step}", file=sys.stderr, flush=True)
-    while not stopsignals.received():
-        time.sleep(0.2)
 
 
 def from_main(accelerator, value):
@@ -505,7 +495,6 @@ class Trainer:
             self.evaluate()
             self.record_metrics()
         global_batch = r.data.batch_size * self.acc.num_processes * self.accum
-        pause_at = int(os.environ.get(PAUSE_ENV, "0"))
         batches_per_epoch = self.steps_per_epoch * self.accum
         loader = make_loader(self.stream, r.data.workers, r.seed, persistent=True)
         for epoch in range(self.state.epoch, r.schedule.epochs):
@@ -543,8 +532,6 @@ class Trainer:
                 if step_eval and (mid_epoch or not r.eval.every_epoch):  # else the epoch end evaluates
                     self.evaluate()
                     self.record_metrics()
-                if pause_at and self.state.step == pause_at:
-                    pause(pause_at)
                 stop = self.stop_agreed()
                 if stop and mid_epoch:
                     self.stop(stop)

@@ -50,7 +50,7 @@ if str(ROOT) not in sys.path:
 from compclip import cli  # noqa: E402  (light: argparse and the standard library)
 
 PROG = "python -m trainer"
-_LOOP_NAMES = ("Trainer", "TrainingError", "PAUSE_ENV", "make_accelerator", "using_deepspeed",
+_LOOP_NAMES = ("Trainer", "TrainingError", "make_accelerator", "using_deepspeed",
                "one_dim_logit_scale")
 
 
@@ -86,9 +86,9 @@ def check_model(recipe) -> None:
     except (UnknownArchitecture, ArchitectureMismatch) as err:
         raise RecipeError(f"model.arch '{m.arch}': {cli.one_line(err)}".replace(
             "leave the architecture out", "set model.arch=null")) from None
-    except cli.InputError:  # its own message already names the weights and the fix
-        raise
     except (ValueError, LookupError, OSError) as err:
+        if type(err) is cli.InputError:  # "no architecture given ...": its message names the weights and the fix
+            raise
         raise RecipeError(f"model.pretrained '{m.pretrained}': {cli.describe(err)}") from None
     problem = tag_weights_problem(arch, weights) if weights and not os.path.isfile(weights) else None
     if problem:
