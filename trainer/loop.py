@@ -32,6 +32,7 @@ from typing import Optional
 import torch
 
 from compclip.cli import InputError, note
+from compclip.compat.torch import one_dim_logit_scale
 from models import CheckpointMeta, load_model
 from trainer import checkpointing, evaluation, runlock, stopsignals, streams
 from trainer.data import make_loader
@@ -107,28 +108,6 @@ def make_accelerator(recipe: Recipe):
         plugin.deepspeed_config["gradient_accumulation_steps"] = recipe.optim.accum_steps
         plugin.deepspeed_config["gradient_clipping"] = recipe.optim.grad_clip or 0.0  # 0: no clipping
     return accelerator
-
-
-def one_dim_logit_scale(model: torch.nn.Module) -> None:
-    """DeepSpeed cannot broadcast 0-dim parameters (`view(torch.uint8)` fails), and CLIP's logit
-    scale is one. Make it shape [1] for training; state dicts still hold the 0-dim tensor that
-    plain open_clip loads (a save hook squeezes it, a load hook unsqueezes it)."""
-    model.logit_scale = torch.nn.Parameter(model.logit_scale.detach().reshape(1),
-                                           requires_grad=model.logit_scale.requires_grad)
-
-    def squeeze(module, state_dict, prefix, _meta):
-        key = prefix + "logit_scale"
-        if key in state_dict:
-            state_dict[key] = state_dict[key].reshape(())
-        return state_dict
-
-    def unsqueeze(state_dict, prefix, *_args):
-        key = prefix + "logit_scale"
-        if key in state_dict and state_dict[key].dim() == 0:
-            state_dict[key] = state_dict[key].reshape(1)
-
-    model._register_state_dict_hook(squeeze)
-    model._register_load_state_dict_pre_hook(unsqueeze)
 
 
 def clock() -> float:

@@ -41,9 +41,16 @@ import os
 import sys
 from pathlib import Path
 
+# Run as a script (`accelerate launch trainer/train.py RECIPE`, `python trainer/train.py`),
+# Python puts trainer/ first on sys.path: its modules (data.py, loss.py, transforms.py, ...)
+# would then shadow any top-level module of those names, so trainer/ comes off. The repository
+# root goes on instead, so `trainer`, `models`, `compclip` ... import from this checkout, not from
+# whatever copy is installed (an editable install of another checkout included). Imported as a
+# module (`python -m trainer`, `from trainer.train import main`), sys.path[0] is not trainer/;
+# only the root is put first. Not a change to any library (compclip.compat).
 ROOT = Path(__file__).resolve().parents[1]
 if sys.path and Path(sys.path[0]).resolve() == ROOT / "trainer":
-    sys.path.pop(0)  # run as a script: do not let trainer/*.py shadow top-level modules
+    sys.path.pop(0)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
