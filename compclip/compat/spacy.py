@@ -21,7 +21,7 @@ used only on the versions it was checked on (`CHECKED`), with spaCy's plain beha
   package's own, so building the language's default tokenizer first, as `spacy.load` does
   (~0.18 s), is work thrown away: the same tokens either way; (3) the attribute_ruler is loaded
   but disabled, and its tag -> POS mapping is read into a `PosTable` that the rules apply
-  (`datagen.negatives.text.view`): running the ruler makes the parse take ~1.8x the CPU time
+  (`datagen.negatives.text.view`): running the ruler makes the parse take ~1.7x the CPU time
   of the tagger-only one (bench/results/pos_table.json). Components never run are
   excluded, not only disabled: their weights are not even read (~0.07 s of start-up).
   Fallback: `spacy.load(model, exclude=...)` with the attribute_ruler running (the Doc then

@@ -101,7 +101,7 @@ class View:
 
 
 # Coarse tags from fine tags, read from the pipeline's attribute_ruler (`compclip.compat.spacy.
-# PosTable`, set by `load_nlp`): running the ruler itself makes the parse take ~1.8x the CPU time
+# PosTable`, set by `load_nlp`): running the ruler itself makes the parse take ~1.7x the CPU time
 # of the tagger-only one, and only its POS mapping is needed.
 _POS_TABLE = None
 
