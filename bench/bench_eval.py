@@ -181,7 +181,7 @@ def main() -> None:
 
 
 def make_root(tmp: Path, n: int) -> Path:
-    from eval.synthetic import make_data_root
+    from tests.fixtures.eval_data import make_data_root
     return make_data_root(tmp / "data", n=n)
 
 

@@ -244,13 +244,13 @@ def main() -> None:
             f"{n / runs['end_to_end:all'][-1]['cpu_s']:.0f} captions per CPU s, with the LM filter "
             f"{n / runs['end_to_end_lm:all'][-1]['cpu_s']:.0f}")
         if args.workers:
-            from datagen.negatives.pipeline import run_generate
+            from datagen.negatives.pipeline import GenerateOptions, run_generate
             vocab.to_json(Path(tmp.name) / "vocab.json")
             for workers in args.workers:
                 out_dir = Path(tmp.name) / f"out{workers}-{rep}"
-                _, wall, cpu = timed(lambda: run_generate(src, out_dir, workers=workers, progress=False,
+                _, wall, cpu = timed(lambda: run_generate(src, out_dir, GenerateOptions(workers=workers, progress=False,
                                                           vocab_path=Path(tmp.name) / "vocab.json",
-                                                          chunk_size=1000))
+                                                          chunk_size=1000)))
                 record(f"generate_workers_{workers}", n, wall, cpu)
         if args.command_captions and not args.quick:
             whole_command(runs, record, sugarcrepe_captions(args.sugarcrepe), args.command_captions,

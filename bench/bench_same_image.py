@@ -19,7 +19,7 @@ same set. Goal: <= 0.5 % with the global order. Results: bench/results/same_imag
 Two more rows read the *input-order* set the way the papers' recipes do, with the trainer's
 exact-pass epochs (`trainer.exact.ExactStream`: a global permutation per epoch, random access), so
 the write order no longer matters; and for every row, `unmasked_same_image_pairs` counts the
-same-image pairs of its batches that the loss's false-negative mask (`trainer.loss.same_source`,
+same-image pairs of its batches that the loss's false-negative mask (`trainer.loss.same_image`,
 `loss.mask_same_image`) leaves as negatives: 0 means none reaches the loss.
 
 `same_image_share(batches_of_image_ids)` is importable, to add rows for other readers.
@@ -145,14 +145,14 @@ def unmasked_same_image_pairs(batches_of_image_ids: Iterable[Sequence[Any]]) -> 
     directions, image->text and text->image), over all batches."""
     import torch
     from trainer.compose import stable_id
-    from trainer.loss import Layout, same_source
+    from trainer.loss import Layout, same_image
     left = 0
     for ids in batches_of_image_ids:
         n = len(ids)
         groups = torch.tensor([stable_id(f"{s}:{i}") for s, i in ids])
         layout = Layout(torch.arange(n), torch.ones(n, dtype=torch.bool), torch.ones(n, dtype=torch.bool),
                         torch.full((n,), -1), torch.full((n,), -1), groups, -1 - torch.arange(n))
-        i2t, t2i = same_source(layout)
+        i2t, t2i = same_image(layout)
         same = (groups[:, None] == groups[None, :]) & ~torch.eye(n, dtype=torch.bool)
         left += int((same & ~i2t).sum()) + int((same & ~t2i).sum())
     return left

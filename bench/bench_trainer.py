@@ -32,7 +32,7 @@ Parts:
   `--step-rounds` rounds: the compute-only cost.
 - `compose`: CPU ms per anchor of the data path alone (read, decode, augment, partner,
   negatives, tokenise, collate) per shape, in-process: what the data-loader worker spends.
-- `runs`: whole runs of `trainer/train.py` on fixture shards (`trainer.fixtures`; partners from
+- `runs`: whole runs of `trainer/train.py` on fixture shards (`tests.fixtures.trainer_data`; partners from
   neighbours with `keys.tsv` or generated partner members, negatives from `neg.json`), through
   `accelerate launch` for 2 processes. Cases interleaved, `--reps` times. samples/s = global
   anchors per second in the steady state: from the wall times of the TensorBoard events

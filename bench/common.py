@@ -319,7 +319,7 @@ def write_caption_shards(directory: str | Path, pairs: Sequence[tuple[str, str]]
     K with a keys.tsv index. Written through compclip.shardset.shards.ShardSetWriter (manifest features set)."""
     from compclip.shardset.schema import Negative, Neighbour, Partner, ShardSample
     from compclip.shardset.shards import KeyIndex, ShardSetWriter
-    from trainer.fixtures import COLOURS, scene_jpeg
+    from tests.fixtures.trainer_data import COLOURS, scene_jpeg
     if not pairs:
         raise ValueError("write_caption_shards: no captions")
     names = list(COLOURS)

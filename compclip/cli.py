@@ -13,16 +13,12 @@ import os
 import sys
 from typing import Callable, Iterable, Optional
 
+from compclip.errors import InputError, RunFault
+
 EXIT_INPUT, EXIT_FAULT, EXIT_INTERRUPTED = 2, 3, 130
 REMOVED_IN = "0.3"
 
 
-class InputError(Exception):
-    """Bad input (a file, key, option or sample): exit 2. The message names it and the fix."""
-
-
-class RunFault(Exception):
-    """A fault during the run (I/O, a failed step, corrupt data met mid-run): exit 3."""
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from compclip.errors import CompclipError
+
 LOCK_NAME = "run.lock"
 # squeue's states of a job whose processes are gone; any other (RUNNING, COMPLETING, PENDING,
 # SUSPENDED, REQUEUED, ...) may still touch the run folder or be about to
@@ -29,7 +31,7 @@ ENDED_STATES = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NO
                 "PREEMPTED", "TIMEOUT"}
 
 
-class RunLocked(Exception):
+class RunLocked(CompclipError):
     """Another live run holds the folder (bad input: exit 2)."""
 
 

@@ -7,7 +7,7 @@ files of VISLA, SugarCrepe and SugarCrepe++, as `../shared/benchmarks/SHA256SUMS
 that path in the data root against it too (`changed`), so a file edited by hand or replaced is a
 one-line problem naming it. A data root holding one of `LOCAL_MARKERS` is data made locally in
 these formats (`world_benchmarks.json`: the synthetic world writes it; `local_benchmarks.json`:
-`eval.synthetic` writes it through `mark_local`, and a user may write one for their own data):
+`tests.fixtures.eval_data` writes it through `mark_local`, and a user may write one for their own data):
 its files are not the published ones and are not compared with the pins.
 
 Google Drive files (ARO's annotations and image zip) and the BLIP bucket's Karpathy files have

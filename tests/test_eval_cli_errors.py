@@ -13,7 +13,7 @@ import pytest
 from eval import download as dl
 from eval.api import missing_data, run
 from eval.cli import main
-from eval.synthetic import make_data_root
+from tests.fixtures.eval_data import make_data_root
 from models import CheckpointMeta, save_checkpoint
 
 

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from eval.cli import main
-from eval.synthetic import make_data_root
+from tests.fixtures.eval_data import make_data_root
 
 
 @pytest.fixture(scope="module")

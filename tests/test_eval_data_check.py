@@ -13,7 +13,7 @@ from eval.benchmarks.base import MissingData
 from eval.cli import main
 from eval.registry import list_benchmarks
 from eval.scorer import Scorer
-from eval.synthetic import make_data_root
+from tests.fixtures.eval_data import make_data_root
 
 
 class Counting(Scorer):

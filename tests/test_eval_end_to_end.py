@@ -17,7 +17,7 @@ from eval.benchmarks.aro import SYMMETRIC_RELATIONS
 from eval.cache import EmbeddingCache
 from eval.registry import list_benchmarks
 from eval.scorer import OpenClipScorer, Scorer
-from eval.synthetic import make_data_root
+from tests.fixtures.eval_data import make_data_root
 
 POOL = [list(v) for v in np.eye(4)] + [[.5, .5, .5, .5], [.5, -.5, .5, -.5], [.5, .5, -.5, -.5], [-.5, .5, .5, -.5]]
 ZS = {"zeroshot": {"datasets": ["cifar10", "cifar100"]}}  # no ImageNet folder in the fixture

@@ -19,7 +19,7 @@ from eval.benchmarks.base import MissingData
 from eval.benchmarks.zeroshot import _unpickle
 from eval.cli import main
 from eval.scorer import TextScorer
-from eval.synthetic import make_data_root
+from tests.fixtures.eval_data import make_data_root
 from models import CheckpointMeta, save_checkpoint
 
 

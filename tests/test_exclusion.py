@@ -14,6 +14,7 @@ from datagen.prepare.exclude import benchmark_exclusion
 from datagen.prepare.trohn import prepare_trohn
 from compclip.shardset.shards import iter_raw_samples, read_image_ids, read_manifest, shard_urls
 from compclip.shardset.benchmark_ids import coco_ids_of
+from tests.fixtures.faults import Killed, killed_after
 from tests.test_prepare import CAPTIONS, coco, file_name, jpeg, trohn_text_rows  # noqa: F401
 
 
@@ -123,7 +124,9 @@ def test_a_resume_with_other_benchmark_files_is_refused(coco, tmp_path):
     root = benchmarks(tmp_path / "bench", sugarcrepe=[101])
     kwargs = dict(captions=coco / "captions_train2017.json", shard_size=2, progress=False,
                   benchmarks_root=root)
-    part = prepare_coco(tmp_path / "out", coco / "train2017", stop_after=5, **kwargs)
+    with pytest.raises(Killed), killed_after(5):
+        prepare_coco(tmp_path / "out", coco / "train2017", **kwargs)
+    part = read_manifest(tmp_path / "out")
     assert not part["complete"] and len(part["shards"]) == 2
     (root / "visla" / "Spatial_VISLA.tsv").write_text(f"image\ta\tb\tc\td\r\n{file_name(100)}\ta\tb\tc\td")
     with pytest.raises(ValueError, match="started leaving out other benchmark images"):

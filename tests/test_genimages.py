@@ -13,6 +13,7 @@ from datagen.images.genimages import (DiffusersBackend, RendererBackend, caption
 from compclip.shardset.schema import Negative, ShardSample
 from compclip.shardset.shards import ShardSetWriter, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
 from datagen.images.stitch import load_object_bank, make_pair
+from tests.fixtures.faults import Killed, killed_after
 
 
 class FakeParseError(ValueError):
@@ -109,8 +110,10 @@ def test_per_sample_partners_get_their_own_keys(src, tmp_path):
 def test_killed_run_resumes_byte_identical(src, tmp_path):
     kwargs = dict(kinds=["swap", "replace", "add"], per_sample=2, seed=1, batch_size=3, max_count=3)
     write_generated(src, tmp_path / "full", renderer(), **kwargs)
-    part = write_generated(src, tmp_path / "res", renderer(), stop_after=7, **kwargs)
-    assert not part["complete"]
+    with pytest.raises(Killed), killed_after(7):
+        write_generated(src, tmp_path / "res", renderer(), **kwargs)
+    part = read_manifest(tmp_path / "res")
+    assert not part["complete"] and 0 < len(part["shards"])
     write_generated(src, tmp_path / "res", renderer(), **kwargs)
     full, res = read_manifest(tmp_path / "full"), read_manifest(tmp_path / "res")
     assert res["complete"] and len(full["shards"]) > 3

@@ -18,6 +18,7 @@ from datagen.images.knn_selfjoin import self_join_topk, ties_by_id
 from compclip.shardset.schema import ShardSample
 from compclip.shardset.shards import KeyIndex, ShardSetWriter, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
 from eval.scorer import OpenClipScorer
+from tests.fixtures.faults import Killed, killed_after
 
 
 def table(vectors, hashes=None, valid=None):
@@ -333,8 +334,10 @@ def test_neighbour_rewrite_resumes_byte_identical(image_set, tmp_path):
     emb = Embeddings(unit(rng, 30, 8), keys, np.arange(30, dtype=np.int64), valid, None)
     ids, scores, _ = find_neighbours(emb, k=2)
     write_neighbours(image_set, tmp_path / "full", emb, ids, scores, max_count=4)
-    part = write_neighbours(image_set, tmp_path / "res", emb, ids, scores, max_count=4, stop_after=14)
-    assert not part["complete"] and not (tmp_path / "res" / "keys.tsv").exists()
+    with pytest.raises(Killed), killed_after(14):
+        write_neighbours(image_set, tmp_path / "res", emb, ids, scores, max_count=4)
+    part = read_manifest(tmp_path / "res")
+    assert not part["complete"] and len(part["shards"]) == 3 and not (tmp_path / "res" / "keys.tsv").exists()
     write_neighbours(image_set, tmp_path / "res", emb, ids, scores, max_count=4)
     full, res = read_manifest(tmp_path / "full"), read_manifest(tmp_path / "res")
     assert [s["sha256"] for s in full["shards"]] == [s["sha256"] for s in res["shards"]]

@@ -116,7 +116,7 @@ def test_loss_matches_loop_reference(shape, ids):
     assert info["masked_pairs"] == skipped
     assert (skipped > 0) == ids  # the shared-id batches really exercise the mask
     plain, _ = reference_loss(img, txt, scale, batches, SHAPES[shape][4], mask=False)
-    torch.testing.assert_close(ContrastiveLoss(mask_same_source=False)(img, txt, scale, layout), plain,
+    torch.testing.assert_close(ContrastiveLoss(mask_same_image=False)(img, txt, scale, layout), plain,
                                rtol=1e-5, atol=1e-6)
 
 

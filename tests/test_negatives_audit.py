@@ -100,12 +100,12 @@ def test_sugarcrepe_captions_as_corpus_smoke(shared_benchmarks):
 
 
 def test_pairs_from_a_generated_shard_set(tmp_path):
-    from datagen.negatives.pipeline import run_generate
+    from datagen.negatives.pipeline import GenerateOptions, run_generate
     src = tmp_path / "caps.csv"
     src.write_text("image,caption\n" + "".join(
         f"{i}.jpg,A {c} dog is sitting on a wooden bench near a cat.\n"
         for i, c in enumerate(["black", "white", "brown", "small"])))
-    run_generate(src, tmp_path / "out", progress=False, plausibility=None)
+    run_generate(src, tmp_path / "out", GenerateOptions(progress=False, plausibility=None))
     groups = audit.pairs_from_shards(tmp_path / "out")
     assert {"swap:obj", "replace:obj", "add:att"} <= set(groups)
     assert all(p.startswith("A ") and p != n for pairs in groups.values() for p, n in pairs)

@@ -13,6 +13,7 @@ import pytest
 
 from datagen.negatives.__main__ import main as cli
 from compclip.shardset.shards import read_manifest
+from tests.fixtures.faults import Killed, killed_after
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTIONS = [f"A {adj} {who} is {verb} on a {adj2} {place} with a {what}."
@@ -154,9 +155,10 @@ def test_a_resume_with_an_edited_input_is_refused_and_changes_nothing(tmp_path, 
     """S7: captions edited between a kill and the rerun (before: exit 0, old and new captions in
     one set) are refused in one line naming the input; the killed run's output is untouched. A
     file touched with the same bytes resumes."""
-    from datagen.negatives.pipeline import run_generate
+    from datagen.negatives.pipeline import GenerateOptions, run_generate
     src, out = write_csv(tmp_path / "caps.csv"), tmp_path / "out"
-    run_generate(src, out, shard_size=10, progress=False, stop_after=25)  # a run killed after 2 shards
+    with pytest.raises(Killed), killed_after(25):  # a run killed after 2 shards
+        run_generate(src, out, GenerateOptions(shard_size=10, progress=False))
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert len(read_manifest(out)["shards"]) == 2
     write_csv(src, [c.replace("red", "tan") for c in CAPTIONS])  # same size, other words
@@ -170,5 +172,5 @@ def test_a_resume_with_an_edited_input_is_refused_and_changes_nothing(tmp_path, 
     write_csv(src)  # the captions as they were, written anew: another mtime, the same bytes
     assert cli(args) == 0
     capsys.readouterr()
-    run_generate(src, tmp_path / "whole", shard_size=10, progress=False)
+    run_generate(src, tmp_path / "whole", GenerateOptions(shard_size=10, progress=False))
     assert shards(out) == shards(tmp_path / "whole")

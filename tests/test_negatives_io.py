@@ -11,6 +11,8 @@ from datagen.negatives.__main__ import main as cli
 from datagen.negatives.pipeline import run_generate
 from compclip.shardset.schema import ShardSample
 from compclip.shardset.shards import ShardSetWriter, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
+from datagen.negatives.pipeline import GenerateOptions, run_generate
+from tests.fixtures.faults import Killed, killed_after
 
 ADJ = ["red", "small", "old", "wooden"]
 NOUN = ["dog", "man", "table", "horse", "woman"]
@@ -82,7 +84,7 @@ def test_generate_text_only_shards_and_skip_counts(tmp_path):
     caps = captions(80)
     src = write_csv(tmp_path / "caps.csv", caps)
     out = tmp_path / "out"
-    result = run_generate(src, out, shard_size=30, chunk_size=25, progress=False, plausibility=None)
+    result = run_generate(src, out, GenerateOptions(shard_size=30, chunk_size=25, progress=False, plausibility=None))
     manifest = result["manifest"]
     assert manifest["complete"] and sum(s["inputs"] for s in manifest["shards"]) == 80
     skipped = {}
@@ -153,12 +155,14 @@ def test_coverage_per_kind_on_hand_lists():
 def test_resume_after_kill_is_byte_identical(tmp_path):
     src = write_csv(tmp_path / "caps.csv", captions(150))
     full, killed = tmp_path / "full", tmp_path / "killed"
-    run_generate(src, full, shard_size=40, chunk_size=25, progress=False)
-    part = run_generate(src, killed, shard_size=40, chunk_size=25, progress=False, stop_after=100)
+    run_generate(src, full, GenerateOptions(shard_size=40, chunk_size=25, progress=False))
+    with pytest.raises(Killed), killed_after(100):
+        run_generate(src, killed, GenerateOptions(shard_size=40, chunk_size=25, progress=False))
+    part = {"manifest": read_manifest(killed)}
     assert not part["manifest"]["complete"]
     n_done = len(part["manifest"]["shards"])
     assert 0 < n_done < len(shas(full)) and shas(killed) == shas(full)[:n_done]
-    resumed = run_generate(src, killed, shard_size=40, chunk_size=25, progress=False)
+    resumed = run_generate(src, killed, GenerateOptions(shard_size=40, chunk_size=25, progress=False))
     assert resumed["resumed_from"] == sum(s["inputs"] for s in part["manifest"]["shards"]) > 0
     assert shas(killed) == shas(full)
     # the closing report covers the whole set, the shards of the killed run too (before: only
@@ -177,8 +181,8 @@ def test_resume_after_kill_is_byte_identical(tmp_path):
 @pytest.mark.slow
 def test_two_workers_match_one(tmp_path):
     src = write_csv(tmp_path / "caps.csv", captions(60))
-    run_generate(src, tmp_path / "one", shard_size=25, chunk_size=10, progress=False)
-    run_generate(src, tmp_path / "two", shard_size=25, chunk_size=10, progress=False, workers=2)
+    run_generate(src, tmp_path / "one", GenerateOptions(shard_size=25, chunk_size=10, progress=False))
+    run_generate(src, tmp_path / "two", GenerateOptions(shard_size=25, chunk_size=10, progress=False, workers=2))
     assert shas(tmp_path / "two") == shas(tmp_path / "one")
 
 
@@ -189,9 +193,9 @@ def test_shard_input_keeps_images_undecoded(tmp_path):
             w.add(ShardSample(f"s{i:03d}", cap, image=b"\xff\xd8 not really a jpeg " + bytes([i]),
                               meta={"i": i}))
     out = tmp_path / "out"
-    run_generate(src, out, shard_size=100, progress=False, plausibility=None)
-    run_generate(out, tmp_path / "again", shard_size=100, progress=False,
-                 plausibility=None)  # rule negatives replaced
+    run_generate(src, out, GenerateOptions(shard_size=100, progress=False, plausibility=None))
+    run_generate(out, tmp_path / "again", GenerateOptions(shard_size=100, progress=False,
+                 plausibility=None))  # rule negatives replaced
     again = [r for u in shard_urls(tmp_path / "again") for r in iter_raw_samples(u)]
     first = [r for u in shard_urls(out) for r in iter_raw_samples(u)]
     assert [r["neg.json"] for r in again] == [r["neg.json"] for r in first]

@@ -47,11 +47,11 @@ RUNS = {"sample": ({}, 1500), "all": ({"mode": "all"}, 300)}
 
 
 def _hashes(captions: list[str], tmp_path, **options) -> dict[str, str]:
-    from datagen.negatives.pipeline import run_generate
+    from datagen.negatives.pipeline import GenerateOptions, run_generate
     src = tmp_path / "captions.csv"
     src.write_text("filepath,caption\n" + "".join(f"img{i}.jpg,\"{c}\"\n" for i, c in enumerate(captions)))
     out = tmp_path / "out"
-    run_generate(src, out, progress=False, **options)
+    run_generate(src, out, GenerateOptions(progress=False, **options))
     stats = json.loads((out / "negatives_stats.json").read_text())
     for timing in ("seconds", "captions_per_s"):
         stats.pop(timing)
@@ -157,6 +157,6 @@ def test_run_generate_collects_garbage_less_often_and_restores(tmp_path, monkeyp
     src = tmp_path / "c.csv"
     src.write_text("filepath,caption\na.jpg,A man riding a horse.\n")
     with pytest.raises(KeyError):
-        pipeline.run_generate(src, tmp_path / "out", progress=False)
+        pipeline.run_generate(src, tmp_path / "out", pipeline.GenerateOptions(progress=False))
     assert seen[0][0] >= pipeline.GC_THRESHOLD > before[0] and seen[0][1:] == before[1:]
     assert gc.get_threshold() == before

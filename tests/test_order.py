@@ -15,6 +15,8 @@ from compclip.shardset.shards import ShardSetWriter, iter_raw_samples, read_imag
 from compclip.shardset.shuffle import shuffle_shard_set
 from datagen.world import write_object_bank
 from datagen.images.stitch import write_stitched
+from datagen.negatives.pipeline import GenerateOptions, run_generate
+from tests.fixtures.faults import Killed, killed_after
 
 TINY_JPEG = b"\xff\xd8\xff\xe0 not decoded by the shard writer or verify_shard_set"
 WORDS = ["dog", "cat", "horse", "bus", "kite", "table", "plate", "train", "bird", "truck"]
@@ -54,7 +56,7 @@ def test_permutation_is_reproducible_and_differs_across_seeds():
 
 def test_captions_of_one_image_are_not_neighbours(tmp_path):
     src = karpathy_json(tmp_path / "dataset_coco.json", images=100)
-    run_generate(src, tmp_path / "out", kinds=["swap"], seed=7, shard_size=120, progress=False)
+    run_generate(src, tmp_path / "out", GenerateOptions(kinds=["swap"], seed=7, shard_size=120, progress=False))
     got = [m["image_id"] for m in metas(tmp_path / "out")]
     assert sorted(got) == sorted(i for i in range(100) for _ in range(5))  # every caption once
     in_order = [i for i in range(100) for _ in range(5)]
@@ -66,17 +68,17 @@ def test_captions_of_one_image_are_not_neighbours(tmp_path):
     assert manifest["order"] == {"shuffled": True, "seed": 7}
     assert read_image_ids(tmp_path / "out") == set(range(100))  # image_ids.txt: the COCO ids
     other = tmp_path / "other"
-    run_generate(src, other, kinds=["swap"], seed=8, shard_size=120, progress=False)
+    run_generate(src, other, GenerateOptions(kinds=["swap"], seed=8, shard_size=120, progress=False))
     assert keys(other) != keys(tmp_path / "out") and sorted(keys(other)) == sorted(keys(tmp_path / "out"))
 
 
 def test_resume_after_a_kill_keeps_the_order(tmp_path):
     src = karpathy_json(tmp_path / "dataset_coco.json", images=20)
-    run_generate(src, tmp_path / "full", kinds=["swap"], seed=1, shard_size=15, progress=False)
-    part = run_generate(src, tmp_path / "res", kinds=["swap"], seed=1, shard_size=15,
-                        progress=False, stop_after=40)
-    assert [s["samples"] for s in part["manifest"]["shards"]] == [15, 15]
-    run_generate(src, tmp_path / "res", kinds=["swap"], seed=1, shard_size=15, progress=False)
+    run_generate(src, tmp_path / "full", GenerateOptions(kinds=["swap"], seed=1, shard_size=15, progress=False))
+    with pytest.raises(Killed), killed_after(40):
+        run_generate(src, tmp_path / "res", GenerateOptions(kinds=["swap"], seed=1, shard_size=15, progress=False))
+    assert [s["samples"] for s in read_manifest(tmp_path / "res")["shards"]] == [15, 15]
+    run_generate(src, tmp_path / "res", GenerateOptions(kinds=["swap"], seed=1, shard_size=15, progress=False))
     assert keys(tmp_path / "res") == keys(tmp_path / "full")
     full, res = read_manifest(tmp_path / "full"), read_manifest(tmp_path / "res")
     assert [s["sha256"] for s in res["shards"]] == [s["sha256"] for s in full["shards"]]
@@ -86,7 +88,9 @@ def test_a_resume_with_another_seed_is_refused_in_one_line(tmp_path, capsys):
     bank = tmp_path / "bank"
     write_object_bank(bank, 24, 0)
     out = tmp_path / "lr"
-    part = write_stitched(out, bank, 12, seed=0, size=(48, 48), max_count=4, stop_after=9)
+    with pytest.raises(Killed), killed_after(9):
+        write_stitched(out, bank, 12, seed=0, size=(48, 48), max_count=4)
+    part = read_manifest(out)
     assert part["order"] == shuffled_order(0) and len(part["shards"]) == 2
     assert [int(k[2:]) for k in keys(out)] == permutation(12, 0)[:8].tolist()
     with pytest.raises(OrderMismatch, match="shuffled with seed 0; this run asks for shuffled with seed 1"):
@@ -138,8 +142,9 @@ def test_two_pass_shuffle_keeps_every_sample_once_in_bounded_buckets(tmp_path):
 def test_two_pass_shuffle_resumes_in_the_same_order_and_refuses_another_seed(tmp_path, capsys):
     src = plain_set(tmp_path / "src", 300)
     full = shuffle_shard_set(src, tmp_path / "full", seed=2, buckets=4, max_count=40, progress=False)
-    part = shuffle_shard_set(src, tmp_path / "res", seed=2, buckets=4, max_count=40,
-                             progress=False, stop_after=130)
+    with pytest.raises(Killed), killed_after(130):
+        shuffle_shard_set(src, tmp_path / "res", seed=2, buckets=4, max_count=40, progress=False)
+    part = read_manifest(tmp_path / "res")
     assert not part["complete"] and len(part["shards"]) == 3
     args = ["shuffle", "--src", str(src), "--out", str(tmp_path / "res"), "--buckets", "4",
             "--max-count", "40", "--quiet"]

@@ -25,6 +25,7 @@ from compclip.shardset.shards import (KeyIndex, iter_raw_samples, read_image_ids
                             verify_shard_set)
 from trainer.compose import Composer
 from trainer.data import DataError, check_features, resolve_sources
+from tests.fixtures.faults import Killed, killed_after
 
 CAPTIONS = ["A man riding a brown horse on the beach.", "A red bus parked next to a tall building.",
             "Two dogs chase three cats in a green park.", "A woman holding a blue umbrella in the rain.",
@@ -155,7 +156,9 @@ def test_prepare_coco_missing_image_stops_naming_it_and_keeps_what_was_written(c
 def test_prepare_coco_resume_is_byte_identical(coco, tmp_path):
     kwargs = dict(captions=coco / "captions_train2017.json", shard_size=2, progress=False)
     prepare_coco(tmp_path / "full", coco / "train2017", **kwargs)
-    part = prepare_coco(tmp_path / "res", coco / "train2017", stop_after=5, **kwargs)
+    with pytest.raises(Killed), killed_after(5):
+        prepare_coco(tmp_path / "res", coco / "train2017", **kwargs)
+    part = read_manifest(tmp_path / "res")
     assert not part["complete"] and sum(s["samples"] for s in part["shards"]) == 4
     prepare_coco(tmp_path / "res", coco / "train2017", **kwargs)
     full, res = read_manifest(tmp_path / "full"), read_manifest(tmp_path / "res")
@@ -242,8 +245,10 @@ def test_prepare_trohn_text_groups_labels_and_resumes(coco, tmp_path, capsys):
     check_features(resolve_sources([str(out)]), "none", 1)  # recipes/trohn_text: per_image 1
 
     full_hashes = [s["sha256"] for s in read_manifest(out)["shards"]]
-    part = prepare_trohn(ds, tmp_path / "res", coco / "train2017", shard_size=2, progress=False,
-                         name=str(tmp_path / "hf"), stop_after=3)
+    with pytest.raises(Killed), killed_after(3):
+        prepare_trohn(ds, tmp_path / "res", coco / "train2017", shard_size=2, progress=False,
+                      name=str(tmp_path / "hf"))
+    part = read_manifest(tmp_path / "res")
     assert not part["complete"] and [s["samples"] for s in part["shards"]] == [2]
     prepare_trohn(ds, tmp_path / "res", coco / "train2017", shard_size=2, progress=False,
                   name=str(tmp_path / "hf"))
@@ -377,8 +382,9 @@ def test_prepare_coco_resume_with_edited_captions_is_refused(coco, tmp_path, cap
     captions = tmp_path / "captions_train2017.json"
     shutil.copy(coco / "captions_train2017.json", captions)
     out = tmp_path / "out"
-    prepare_coco(out, coco / "train2017", captions=captions, shard_size=2, progress=False, stop_after=5,
-                 kinds=["swap", "replace", "add"])  # what the command line gives
+    with pytest.raises(Killed), killed_after(5):
+        prepare_coco(out, coco / "train2017", captions=captions, shard_size=2, progress=False,
+                     kinds=["swap", "replace", "add"])  # what the command line gives
     before = tree(out)
     data = json.loads(captions.read_text())
     data["annotations"][0]["caption"] = "A man riding a white horse on the beach."

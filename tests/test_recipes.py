@@ -24,7 +24,7 @@ import pytest
 from compclip.shardset.schema import SUBKINDS, Negative, Neighbour, Partner, ShardSample
 from compclip.shardset.shards import KeyIndex, ShardSetWriter
 from trainer import train
-from trainer.fixtures import COLOURS, scene_jpeg, train_in_process
+from tests.fixtures.trainer_data import COLOURS, scene_jpeg, train_in_process
 from trainer.recipe import Recipe, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]

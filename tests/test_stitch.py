@@ -10,6 +10,7 @@ from PIL import Image, ImageDraw
 from compclip.shardset.schema import ShardSample
 from compclip.shardset.shards import iter_raw_samples, read_manifest, shard_urls, verify_shard_set
 from datagen.images.stitch import article, load_object_bank, make_pair, object_name, write_stitched
+from tests.fixtures.faults import Killed, killed_after
 
 COLOURS = {"red_circle": (255, 0, 0), "green_square": (0, 255, 0), "blue_circle": (0, 0, 255),
            "yellow_triangle": (255, 255, 0)}
@@ -154,10 +155,13 @@ def test_bank_with_one_object_is_a_clear_error(tmp_path):
 def test_killed_run_resumes_byte_identical(bank_dir, tmp_path):
     kwargs = dict(n_pairs=23, seed=2, size=(64, 64), max_count=5)
     write_stitched(tmp_path / "full", bank_dir, **kwargs)
-    partial = write_stitched(tmp_path / "resumed", bank_dir, stop_after=12, **kwargs)
+    with pytest.raises(Killed), killed_after(12):
+        write_stitched(tmp_path / "resumed", bank_dir, **kwargs)
+    partial = read_manifest(tmp_path / "resumed")
     assert not partial["complete"] and len(partial["shards"]) == 2  # 10 pairs in complete shards
-    assert not list((tmp_path / "resumed").glob(".*.tmp"))
+    assert len(list((tmp_path / "resumed").glob(".*.tmp"))) == 1  # the shard being written when killed
     write_stitched(tmp_path / "resumed", bank_dir, **kwargs)
+    assert not list((tmp_path / "resumed").glob(".*.tmp"))  # the resume removed it
     full, resumed = read_manifest(tmp_path / "full"), read_manifest(tmp_path / "resumed")
     assert resumed["complete"] and len(full["shards"]) == 5
     assert [s["sha256"] for s in full["shards"]] == [s["sha256"] for s in resumed["shards"]]
@@ -211,18 +215,13 @@ def test_cli_stitch_errors_are_one_line(bank_dir, tmp_path, capsys):
         assert err.endswith("; see python -m datagen stitch --help\n") and err.count("\n") == 1
 
 
-def test_cli_stitch_refuses_a_changed_canvas_on_resume(bank_dir, tmp_path, monkeypatch, capsys):
+def test_cli_stitch_refuses_a_changed_canvas_on_resume(bank_dir, tmp_path, capsys):
     """A killed 128 px run resumed with --canvas 64 must not mix 64 px shards into the set."""
-    import functools
-
-    import datagen.images.stitch
     from datagen.__main__ import main
     out = tmp_path / "o"
     args = ["stitch", "--bank", str(bank_dir), "--out", str(out), "--n", "6", "--max-count", "2"]
-    real = datagen.images.stitch.write_stitched
-    monkeypatch.setattr(datagen.images.stitch, "write_stitched", functools.partial(real, stop_after=3))
-    assert main(args + ["--canvas", "128"]) == 0  # killed after 3 pairs: one complete shard
-    monkeypatch.setattr(datagen.images.stitch, "write_stitched", real)
+    with pytest.raises(Killed), killed_after(3):
+        main(args + ["--canvas", "128"])  # killed after 3 pairs: one complete shard
     capsys.readouterr()
     assert len(read_manifest(out)["shards"]) == 1
     assert main(args + ["--canvas", "64"]) == 2

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from trainer import train
-from trainer.fixtures import train_in_process as run, write_fixture_shards
+from tests.fixtures.trainer_data import train_in_process as run, write_fixture_shards
 
 RECIPE = """
 name: tiny
@@ -162,9 +162,9 @@ def test_too_much_bad_data_stops_with_exit_3(tmp_path, capsys):
 
 
 def test_end_to_end_with_the_real_eval_api(recipe, tmp_path):
-    """The real eval.api on eval.synthetic's tiny data root: metrics land in TensorBoard."""
+    """The real eval.api on tests.fixtures.eval_data's tiny data root: metrics land in TensorBoard."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    synthetic = pytest.importorskip("eval.synthetic")
+    synthetic = pytest.importorskip("tests.fixtures.eval_data")
     pytest.importorskip("eval.api")
     root = synthetic.make_data_root(tmp_path / "bench")
     assert run([recipe, "eval.benchmarks=[sugarcrepe, visla]", f"eval.data_root={root}", "schedule.epochs=1",
@@ -211,7 +211,7 @@ def test_negative_padding_is_logged_every_step(tmp_path, per_image, per_partner,
     padding and none of its 8 neighbour columns: 1/3. No negative columns: not logged."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from compclip.shardset.schema import Negative
-    from trainer.fixtures import write_negative_shards
+    from tests.fixtures.trainer_data import write_negative_shards
     shards = write_negative_shards(tmp_path / "set", [[Negative(f"neg {i}", "swap", "noun")] for i in range(32)],
                                    neighbours=1)
     path = tmp_path / "tiny.yaml"

@@ -6,7 +6,7 @@ import torch
 
 from trainer.compose import Composer
 from trainer.data import DataError, ShardStream, check_features, make_loader, resolve_sources
-from trainer.fixtures import write_fixture_shards
+from tests.fixtures.trainer_data import write_fixture_shards
 
 
 @pytest.fixture(scope="module")
@@ -280,7 +280,7 @@ def test_partner_negatives_come_from_the_neighbours_neg_json(micro_model, tmp_pa
     """Even samples have 3 swaps (+ a replace the recipe leaves out), odd ones no neg.json; each
     sample's one neighbour is the next, so even anchors' neighbours have none (padding)."""
     from compclip.shardset.schema import Negative
-    from trainer.fixtures import write_negative_shards
+    from tests.fixtures.trainer_data import write_negative_shards
     negatives = [[Negative(f"neg {i} {j}", "swap", "noun") for j in range(3)] + [Negative(f"other {i}", "replace", "att")]
                  if i % 2 == 0 else [] for i in range(8)]
     path = write_negative_shards(tmp_path / "set", negatives, neighbours=1)
@@ -301,7 +301,7 @@ def test_partner_negatives_come_from_the_neighbours_neg_json(micro_model, tmp_pa
 def test_by_subkind_draws_a_subkind_first(micro_model, tmp_path):
     """1 candidate of sub-kind A, 9 of B: by_subkind picks A half the time, uniform a tenth."""
     from compclip.shardset.schema import Negative
-    from trainer.fixtures import write_negative_shards
+    from tests.fixtures.trainer_data import write_negative_shards
     negatives = [Negative("swap A", "swap", "noun")] + [Negative(f"swap B{j}", "swap", "adjective") for j in range(9)]
     raw = raw_samples(write_negative_shards(tmp_path / "set", [negatives]))[0]
 
@@ -330,7 +330,7 @@ def test_padding_warning_above_one_percent(tmp_path, without, warned):
     """150 samples with one swap each but `without` of them: 0.7 % padding is quiet, 1.3 % warns."""
     from compclip.shardset.schema import Negative
     from trainer.data import padding_warning
-    from trainer.fixtures import write_negative_shards
+    from tests.fixtures.trainer_data import write_negative_shards
     negatives = [[] if i < without else [Negative(f"neg {i}", "swap", "noun"), Negative(f"r {i}", "replace", "obj")]
                  for i in range(150)]
     (src,) = resolve_sources([str(write_negative_shards(tmp_path / "set", negatives, per_shard=64))])

@@ -8,7 +8,7 @@ import torch
 from trainer.compose import Composer
 from trainer.data import DataError, held_out, make_loader, resolve_sources
 from trainer.exact import ExactStream
-from trainer.fixtures import write_fixture_shards
+from tests.fixtures.trainer_data import write_fixture_shards
 from trainer.sample_index import CACHE, SampleIndex
 
 

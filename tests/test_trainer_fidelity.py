@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from trainer.fixtures import train_in_process as run, write_fixture_shards
+from tests.fixtures.trainer_data import train_in_process as run, write_fixture_shards
 
 RECIPE = """
 name: fid

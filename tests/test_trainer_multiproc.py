@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import models.registry  # noqa: F401  (the tiny architectures, for open_clip in this process)
-from trainer.fixtures import write_fixture_shards
+from tests.fixtures.trainer_data import write_fixture_shards
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
@@ -48,11 +48,10 @@ def shards(tmp_path_factory):
 def env():
     e = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1",
              TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(ROOT / ".cache" / "torch_extensions")))
-    e.pop(PAUSE, None)
     return e
 
 
-PAUSE = "COMPCLIP_TEST_PAUSE_AT_STEP"
+PAUSED = "tests/_paused_train.py"  # trainer/train.py pausing after a step until a stop signal (or a kill)
 
 
 def recipe(tmp_path, shards, name, spe=16, workers=1):
@@ -118,10 +117,11 @@ def kill_tree(proc: subprocess.Popen) -> None:
 def test_resume_after_sigkill_is_bit_identical(tmp_path, shards, mode):
     """`ddp-exact`: exact-pass epochs (32 samples / (4 x 2 ranks) = 4 steps an epoch), resumed mid-epoch."""
     if mode == "single":
-        train, spe = [sys.executable, "trainer/train.py"], 16
+        launch, spe = [sys.executable], 16
     else:
         flags = ["--multi_gpu"] if mode.startswith("ddp") else ["--use_deepspeed", "--zero_stage", "2"]
-        train, spe = [ACCELERATE, "launch", *flags, *CPU2, "trainer/train.py"], 32
+        launch, spe = [ACCELERATE, "launch", *flags, *CPU2], 32
+    train = [*launch, "trainer/train.py"]
     extra = ["data.sampling=exact", "data.samples_per_epoch=null"] if mode == "ddp-exact" else []
     full = subprocess.run(train + [recipe(tmp_path, shards, "full", spe=spe, workers=2), *extra], cwd=ROOT,
                           env=env(), capture_output=True, text=True, timeout=300)
@@ -131,7 +131,7 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path, shards, mode):
     log = open(tmp_path / "killed.log", "w")
     # 4 steps per epoch, checkpoints at steps 4 (epoch end) and 5 (epoch 1, batch 1: an odd batch,
     # so the 2 loader workers' streams are rotated on resume); killed after step 7
-    proc = subprocess.Popen(train + [killed_recipe, *extra], cwd=ROOT, env=dict(env(), **{PAUSE: "7"}),
+    proc = subprocess.Popen([*launch, PAUSED, "7", killed_recipe, *extra], cwd=ROOT, env=env(),
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 300
     while "paused at step 7" not in (tmp_path / "killed.log").read_text():

@@ -19,7 +19,7 @@ import psutil
 import pytest
 import torch
 
-from tests.test_trainer_multiproc import (ACCELERATE, CPU2, PAUSE, ROOT, env, final_weights, kill_tree, recipe,
+from tests.test_trainer_multiproc import (ACCELERATE, CPU2, PAUSED, ROOT, env, final_weights, kill_tree, recipe,
                                           shards)  # noqa: F401 (shards: a fixture)
 
 pytestmark = pytest.mark.slow
@@ -98,7 +98,7 @@ def test_sigterm_to_a_process_group_stops_with_a_checkpoint_and_resumes_bit_iden
     rec = recipe(tmp_path, shards, "stopped", spe=16, workers=2)
     log = tmp_path / "stopped.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(SINGLE + ["trainer/train.py", rec], cwd=ROOT, env=dict(env(), **{PAUSE: "7"}),
+        proc = subprocess.Popen(SINGLE + [PAUSED, "7", rec], cwd=ROOT, env=env(),
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     wait_for(proc, log, "paused at step 7")
     os.killpg(proc.pid, signal.SIGTERM)
@@ -113,8 +113,8 @@ def test_sigterm_reaching_one_rank_stops_both_and_resumes_bit_identically(tmp_pa
     rec = recipe(tmp_path, shards, "stopped", spe=32, workers=2)
     log = tmp_path / "stopped.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(DDP + ["tests/_signal_rank.py", rec], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                env=dict(env(), **{PAUSE: "7", "COMPCLIP_TEST_SIGNAL": "SIGTERM",
+        proc = subprocess.Popen(DDP + ["tests/_signal_rank.py", "7", rec], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                env=dict(env(), **{"COMPCLIP_TEST_SIGNAL": "SIGTERM",
                                                    "COMPCLIP_TEST_SIGNAL_RANK": "1"}), start_new_session=True)
     text = stopped_then_resumed(tmp_path, DDP, rec, proc, log)
     assert "rank 1 sends itself SIGTERM after step 7" in text and "rank 0 sends" not in text
@@ -129,10 +129,10 @@ def test_sigusr1_to_the_launcher_reaches_its_ranks_as_slurm_train_sh_sets_it_up(
     ranks, which stop after the step they are at (7: both wait there) with a checkpoint."""
     rec = recipe(tmp_path, shards, "stopped", spe=32, workers=2)
     log = tmp_path / "stopped.log"
-    slurm_env = {PAUSE: "7", "PET_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
+    slurm_env = {"PET_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
                  "PET_SHUTDOWN_TIMEOUT": "300"}
     with open(log, "w") as out:
-        proc = subprocess.Popen(DDP + ["trainer/train.py", rec], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(DDP + [PAUSED, "7", rec], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                 env=dict(env(), **slurm_env), start_new_session=True)
     deadline = time.time() + 300
     while log.read_text().count("paused at step 7") < 2:
@@ -150,8 +150,8 @@ def test_a_stalled_rank_is_one_error_line_on_the_other_after_the_timeout(tmp_pat
     collective gives up after 6 s: one line naming its rank, exit 3 (the launcher then ends the
     stopped rank and exits 1). Before the key existed rank 0 waited for gloo's default 30 minutes."""
     rec = recipe(tmp_path, shards, "stall", spe=32, workers=2)
-    proc = subprocess.Popen(DDP + ["tests/_signal_rank.py", rec, "distributed.timeout_minutes=0.1"], cwd=ROOT,
-                            env=dict(env(), **{PAUSE: "3", "COMPCLIP_TEST_SIGNAL": "SIGSTOP",
+    proc = subprocess.Popen(DDP + ["tests/_signal_rank.py", "3", rec, "distributed.timeout_minutes=0.1"], cwd=ROOT,
+                            env=dict(env(), **{"COMPCLIP_TEST_SIGNAL": "SIGSTOP",
                                                "COMPCLIP_TEST_SIGNAL_RANK": "1", "PET_SHUTDOWN_TIMEOUT": "5"}),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer import loop
+from tests.fixtures.faults import after_step, no_step_faults
+from tests.fixtures.trainer_data import train_in_process as run, write_fixture_shards
 from tests.test_trainer import RECIPE as BASE_RECIPE, shards  # noqa: F401 (a fixture)
-from trainer.fixtures import train_in_process as run, write_fixture_shards
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = BASE_RECIPE.replace("keep_last: 1", "keep_last: 2")
@@ -60,8 +60,7 @@ def crash_at(monkeypatch, step: int) -> None:
     """The run stops (KeyboardInterrupt, as a kill would stop it) right after `step`."""
     def stop(at):
         raise KeyboardInterrupt
-    monkeypatch.setenv(loop.PAUSE_ENV, str(step))
-    monkeypatch.setattr(loop, "pause", stop)
+    after_step(step, stop, monkeypatch)
 
 
 def run_stopped(argv) -> int:
@@ -89,7 +88,7 @@ def test_rerun_after_a_crash_resumes_with_one_point_per_step(recipe, tmp_path, f
     assert run_stopped(args) == 130
     folder = run_dir(tmp_path)
     assert (folder / "checkpoints" / "latest").read_text().strip() == "step-0000006.pt"
-    monkeypatch.delenv(loop.PAUSE_ENV)
+    no_step_faults(monkeypatch)
     capsys.readouterr()
     assert run(args) == 0
     steps = [json.loads(l)["step"] for l in (folder / "eval.jsonl").read_text().splitlines()]

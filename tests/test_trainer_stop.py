@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.fixtures.faults import after_step, no_step_faults
+from tests.fixtures.trainer_data import train_in_process as run
 from tests.test_trainer import shards  # noqa: F401 (a fixture)
 from tests.test_trainer_reliability import fake_eval, recipe  # noqa: F401 (fixtures)
 from compclip import runlock
 from trainer import loop
-from trainer.fixtures import train_in_process as run
 from trainer.recipe import RecipeError, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,9 +38,8 @@ def no_sudden_death():
 
 
 def signal_at(monkeypatch, step: int, sig: signal.Signals) -> None:
-    """The run sends itself `sig` right after `step` (through the test-only pause hook)."""
-    monkeypatch.setenv(loop.PAUSE_ENV, str(step))
-    monkeypatch.setattr(loop, "pause", lambda at: os.kill(os.getpid(), sig))
+    """The run sends itself `sig` right after `step` (`tests.fixtures.faults.after_step`)."""
+    after_step(step, lambda at: os.kill(os.getpid(), sig), monkeypatch)
 
 
 def ckpts(tmp_path) -> Path:
@@ -73,7 +73,7 @@ def test_sigterm_mid_epoch_checkpoints_that_step_and_exits_75(recipe, tmp_path, 
     assert (folder / "latest").read_text().strip() == "step-0000006.pt"
     assert not (folder.parent / "run.lock").exists()
     assert signal.getsignal(signal.SIGTERM).__name__ == "interrupt"  # the handler before the run is back
-    monkeypatch.delenv(loop.PAUSE_ENV)
+    no_step_faults(monkeypatch)
     assert run(args) == 0
     assert "resumed from" in capsys.readouterr().err
     full = torch.load(tmp_path / "runs" / "full" / "checkpoints" / "step-0000008.pt")["state_dict"]
@@ -93,7 +93,7 @@ def test_sigusr1_at_an_epoch_end_leaves_the_evaluation_to_the_rerun(recipe, tmp_
     run_dir = tmp_path / "runs" / "tiny"
     assert (run_dir / "checkpoints" / "latest").read_text().strip() == "step-0000004.pt"
     assert not (run_dir / "eval.jsonl").exists()
-    monkeypatch.delenv(loop.PAUSE_ENV)
+    no_step_faults(monkeypatch)
     assert run(args) == 0
     err = capsys.readouterr().err
     assert [l.split(":")[0] for l in err.splitlines() if l.startswith("eval step")] == [

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.fixtures.faults import after_step, no_step_faults
+from tests.fixtures.trainer_data import train_in_process as run, write_fixture_shards
 from tests.test_trainer import RECIPE as BASE_RECIPE, shards  # noqa: F401 (a fixture)
-from trainer import loop
-from trainer.fixtures import train_in_process as run, write_fixture_shards
 
 RECIPE = BASE_RECIPE.replace("keep_last: 1", "keep_last: 2")
 
@@ -72,8 +72,7 @@ def errors(capsys) -> list[str]:
 def crash_at(monkeypatch, step: int) -> None:
     def stop(at):
         raise KeyboardInterrupt
-    monkeypatch.setenv(loop.PAUSE_ENV, str(step))
-    monkeypatch.setattr(loop, "pause", stop)
+    after_step(step, stop, monkeypatch)
 
 
 def stopped(argv) -> int:
@@ -142,7 +141,7 @@ def test_the_earlier_state_format_resumes_bit_identically_and_safely(finished, t
     assert stopped([recipe, "checkpoint.every_n_steps=5"]) == 130  # checkpoints at steps 4 and 5
     ckpts = tmp_path / "runs" / "tiny" / "checkpoints"
     to_earlier_format(ckpts / "step-0000005.state")
-    monkeypatch.delenv(loop.PAUSE_ENV)
+    no_step_faults(monkeypatch)
     capsys.readouterr()
     assert run([recipe, "checkpoint.every_n_steps=5", "checkpoint.resume=auto"]) == 0
     assert "(step 5, epoch 1)" in capsys.readouterr().err

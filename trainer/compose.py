@@ -53,9 +53,10 @@ from PIL import Image
 from compclip.shardset.schema import IMAGE_EXTS, Negative, SchemaError, ShardSample
 from compclip.shardset.shards import KeyIndex
 from trainer.batch import Batch
+from compclip.errors import CompclipError
 
 
-class BadSample(ValueError):
+class BadSample(CompclipError, ValueError):
     """A sample that cannot be used (corrupt image, broken schema, missing neighbour)."""
 
 

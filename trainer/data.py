@@ -48,6 +48,7 @@ import webdataset as wds
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from compclip.shardset.shards import KEY_INDEX, MANIFEST, iter_raw_samples, read_manifest, shard_urls
+from compclip.errors import DataError
 from trainer.compose import BadSample, Composer, image_key, negative_allowed, stable_id
 
 MIN_SEEN_FOR_BAD_CHECK = 100
@@ -63,7 +64,7 @@ def held_out(groups, fraction: float) -> np.ndarray:
     return (np.asarray(groups, dtype=np.int64) % HOLD_OUT_MODULUS) < round(fraction * HOLD_OUT_MODULUS)
 
 
-def raw_image_group(raw: dict) -> int:
+def raw_image_id(raw: dict) -> int:
     """The image id of a raw sample, from its `json` member (as the sample index computes it)."""
     try:
         meta = json.loads(raw.get("json") or b"{}")
@@ -72,8 +73,8 @@ def raw_image_group(raw: dict) -> int:
     return stable_id(image_key(meta if isinstance(meta, dict) else {}, raw.get("__key__", "")))
 
 
-class DataError(ValueError):
-    """Unusable training data; the message is one line naming the source, key or sample."""
+# unusable training data raises `DataError` (compclip.errors); the message is one line naming
+# the source, key or sample
 
 
 @dataclass
@@ -351,7 +352,7 @@ class ShardStream(IterableDataset):
                                           handler=on_shard_error)
         for raw in shuffled(raw_samples, self.shuffle_buffer, random.Random(self._tag("shuffle", stream) + tag)):
             seen += 1
-            if self.hold_out and held_out([raw_image_group(raw)], self.hold_out)[0]:
+            if self.hold_out and held_out([raw_image_id(raw)], self.hold_out)[0]:
                 continue
             if seen > skip:
                 yield seen, raw, random.Random(self._tag("item", stream) + f"{tag}/{seen}")

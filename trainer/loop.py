@@ -32,6 +32,7 @@ from typing import Optional
 import torch
 
 from compclip.cli import InputError, note
+from compclip.compat.torch import one_dim_logit_scale
 from models import CheckpointMeta, load_model
 from compclip import runlock
 from trainer import checkpointing, evaluation, stopsignals, streams
@@ -41,16 +42,16 @@ from trainer.monitor import Monitor, memory_mb
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.recipe import Recipe, RecipeError, check_best_metric, describe_changes, recipe_to_dict
 from trainer.transforms import split_normalize
+from compclip.errors import CompclipError
 
-PAUSE_ENV = "COMPCLIP_TEST_PAUSE_AT_STEP"  # tests only: sleep after this step until a stop signal (SIGKILL test)
 OPTIMIZER_SETTINGS = ("lr", "initial_lr", "betas", "eps", "weight_decay")  # what a recipe sets per group
 
 
-class TrainingError(RuntimeError):
+class TrainingError(CompclipError, RuntimeError):
     """A fault that stops the run (non-finite loss); the message is one line."""
 
 
-class Stopped(Exception):
+class Stopped(CompclipError):
     """The run stopped on a stop signal after writing the checkpoint of `step`; the message is the
     line to print."""
 
@@ -110,40 +111,9 @@ def make_accelerator(recipe: Recipe):
     return accelerator
 
 
-def one_dim_logit_scale(model: torch.nn.Module) -> None:
-    """DeepSpeed cannot broadcast 0-dim parameters (`view(torch.uint8)` fails), and CLIP's logit
-    scale is one. Make it shape [1] for training; state dicts still hold the 0-dim tensor that
-    plain open_clip loads (a save hook squeezes it, a load hook unsqueezes it)."""
-    model.logit_scale = torch.nn.Parameter(model.logit_scale.detach().reshape(1),
-                                           requires_grad=model.logit_scale.requires_grad)
-
-    def squeeze(module, state_dict, prefix, _meta):
-        key = prefix + "logit_scale"
-        if key in state_dict:
-            state_dict[key] = state_dict[key].reshape(())
-        return state_dict
-
-    def unsqueeze(state_dict, prefix, *_args):
-        key = prefix + "logit_scale"
-        if key in state_dict and state_dict[key].dim() == 0:
-            state_dict[key] = state_dict[key].reshape(1)
-
-    model._register_state_dict_hook(squeeze)
-    model._register_load_state_dict_pre_hook(unsqueeze)
-
-
 def clock() -> float:
     """Seconds for `checkpoint.every_minutes` (a module function, so a test can skew one rank's)."""
     return time.monotonic()
-
-
-def pause(step: int) -> None:
-    """Tests only (`COMPCLIP_TEST_PAUSE_AT_STEP`): sleep after `step` until a stop signal arrives
-    (the run then stops at this step); the SIGKILL tests kill the run here, in-process tests replace
-    this function to stop the run."""
-    print(f"paused at step {step}", file=sys.stderr, flush=True)
-    while not stopsignals.received():
-        time.sleep(0.2)
 
 
 def from_main(accelerator, value):
@@ -505,7 +475,6 @@ class Trainer:
             self.evaluate()
             self.record_metrics()
         global_batch = r.data.batch_size * self.acc.num_processes * self.accum
-        pause_at = int(os.environ.get(PAUSE_ENV, "0"))
         batches_per_epoch = self.steps_per_epoch * self.accum
         loader = make_loader(self.stream, r.data.workers, r.seed, persistent=True)
         for epoch in range(self.state.epoch, r.schedule.epochs):
@@ -543,8 +512,6 @@ class Trainer:
                 if step_eval and (mid_epoch or not r.eval.every_epoch):  # else the epoch end evaluates
                     self.evaluate()
                     self.record_metrics()
-                if pause_at and self.state.step == pause_at:
-                    pause(pause_at)
                 stop = self.stop_agreed()
                 if stop and mid_epoch:
                     self.stop(stop)

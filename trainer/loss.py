@@ -13,7 +13,7 @@ Partner pairs (a neighbour, generated or mirrored image with its caption) are ex
 pairs: their rows count like anchors, and they sit as hard columns next to their anchor.
 With `partners_as_positives=False` they are columns only (no rows of their own).
 
-False negatives (`mask_same_source`, default on): COCO has 5 captions per image, so a batch can
+False negatives (`mask_same_image`, default on): COCO has 5 captions per image, so a batch can
 hold two captions of one image; plain InfoNCE then pushes a true pair apart. A logit is masked
 out (-inf) when, in image->text, the column describes the row's source image or has the same text
 as the row's caption, and in text->image, the column image is the row text's source image or its
@@ -46,14 +46,14 @@ from torch import Tensor, nn
 from trainer.batch import Batch
 
 LAYOUT_FIELDS = ("text_to_image", "text_valid", "image_is_row", "negative_owner", "image_pair",
-                 "image_group", "text_hash")
+                 "image_ids", "text_hash")
 
 
 @dataclass
 class Layout:
     """Per-rank bookkeeping the loss needs, in local indices (one or several batches concatenated).
 
-    Ids in `image_group` / `text_hash` are >= 0 when they come from the data; a batch without ids
+    Ids in `image_ids` / `text_hash` are >= 0 when they come from the data; a batch without ids
     gets distinct negative ones (-1 - index), which are shifted like indices when layouts are
     concatenated, so they never collide across batches or ranks."""
     text_to_image: Tensor  # [T] long: image index of each text, -1 for a hard negative
@@ -61,7 +61,7 @@ class Layout:
     image_is_row: Tensor  # [I] bool: image contributes an image->text row (and its text a row)
     negative_owner: Tensor  # [T] long: the image (anchor or partner) whose caption a hard negative was made from, -1 otherwise
     image_pair: Tensor  # [I] long: the other image of an anchor/partner pair, -1 otherwise
-    image_group: Tensor  # [I] int64: source-image id (same id: same source image)
+    image_ids: Tensor  # [I] int64: source-image id (same id: same source image)
     text_hash: Tensor  # [T] int64: text id (same id: same text)
 
     @classmethod
@@ -76,9 +76,9 @@ class Layout:
         partners = torch.arange(b, b + p, device=device)
         pair[batch.partner_of.long()] = partners
         pair[partners] = batch.partner_of.long()
-        groups = batch.image_ids if batch.image_ids is not None else -1 - torch.arange(b + p, device=device)
+        image_ids = batch.image_ids if batch.image_ids is not None else -1 - torch.arange(b + p, device=device)
         hashes = batch.text_ids if batch.text_ids is not None else -1 - torch.arange(b + p + h, device=device)
-        return cls(batch.text_to_image, batch.text_valid, rows, owner, pair, groups.long(), hashes.long())
+        return cls(batch.text_to_image, batch.text_valid, rows, owner, pair, image_ids.long(), hashes.long())
 
     @staticmethod
     def cat(layouts: list["Layout"]) -> "Layout":
@@ -92,7 +92,7 @@ class Layout:
             parts["text_to_image"].append(shift(lay.text_to_image, images))
             parts["negative_owner"].append(shift(lay.negative_owner, images))
             parts["image_pair"].append(shift(lay.image_pair, images))
-            parts["image_group"].append(torch.where(lay.image_group < 0, lay.image_group - images, lay.image_group))
+            parts["image_ids"].append(torch.where(lay.image_ids < 0, lay.image_ids - images, lay.image_ids))
             parts["text_hash"].append(torch.where(lay.text_hash < 0, lay.text_hash - texts, lay.text_hash))
             parts["text_valid"].append(lay.text_valid)
             parts["image_is_row"].append(lay.image_is_row)
@@ -157,17 +157,17 @@ def caption_columns(layout: Layout) -> Tensor:
     return caption_of
 
 
-def same_source(layout: Layout) -> tuple[Tensor, Tensor]:
+def same_image(layout: Layout) -> tuple[Tensor, Tensor]:
     """Boolean masks of false negatives: [I, T] for image->text and [T, I] for text->image
     (only entries of matched texts / valid columns matter); targets are never marked."""
     t2i, matched = layout.text_to_image, layout.text_to_image >= 0
     caption_of = caption_columns(layout)
-    group_of_text = layout.image_group[t2i.clamp(min=0)]  # meaningful where matched
+    image_of_text = layout.image_ids[t2i.clamp(min=0)]  # meaningful where matched
     hash_of_caption = layout.text_hash[caption_of]
-    i2t = ((layout.image_group[:, None] == group_of_text[None, :]) & matched[None, :]) \
+    i2t = ((layout.image_ids[:, None] == image_of_text[None, :]) & matched[None, :]) \
         | (hash_of_caption[:, None] == layout.text_hash[None, :])
     i2t[torch.arange(caption_of.numel(), device=i2t.device), caption_of] = False
-    t2i_mask = (group_of_text[:, None] == layout.image_group[None, :]) \
+    t2i_mask = (image_of_text[:, None] == layout.image_ids[None, :]) \
         | (layout.text_hash[:, None] == hash_of_caption[None, :])
     t2i_mask &= matched[:, None]
     t2i_mask[matched.nonzero().squeeze(1), t2i[matched]] = False
@@ -175,7 +175,7 @@ def same_source(layout: Layout) -> tuple[Tensor, Tensor]:
 
 
 def contrastive_logits(image_features: Tensor, text_features: Tensor, logit_scale: Tensor,
-                       layout: Layout, mask_same_source: bool = True) -> Logits:
+                       layout: Layout, mask_same_image: bool = True) -> Logits:
     """Scaled, masked logits of one (already global) batch; features L2-normalised."""
     caption_of = caption_columns(layout)
     rows = layout.image_is_row
@@ -186,8 +186,8 @@ def contrastive_logits(image_features: Tensor, text_features: Tensor, logit_scal
     drop_i2t = ~layout.text_valid[None, :].expand_as(logits_i2t)
     logits_t2i = logit_scale * text_features[text_rows] @ image_features.T  # [rows, I]
     masked = 0
-    if mask_same_source:
-        same_i2t, same_t2i = same_source(layout)
+    if mask_same_image:
+        same_i2t, same_t2i = same_image(layout)
         same_i2t &= layout.text_valid[None, :]
         drop_i2t = drop_i2t | same_i2t
         same_t2i = same_t2i[text_rows]
@@ -198,9 +198,9 @@ def contrastive_logits(image_features: Tensor, text_features: Tensor, logit_scal
 
 
 def contrastive_loss(image_features: Tensor, text_features: Tensor, logit_scale: Tensor,
-                     layout: Layout, mask_same_source: bool = True) -> Tensor:
+                     layout: Layout, mask_same_image: bool = True) -> Tensor:
     """The loss of one (already global) batch; `logit_scale` = exp(s)."""
-    logits = contrastive_logits(image_features, text_features, logit_scale, layout, mask_same_source)
+    logits = contrastive_logits(image_features, text_features, logit_scale, layout, mask_same_image)
     return (F.cross_entropy(logits.i2t, logits.i2t_target) + F.cross_entropy(logits.t2i, logits.t2i_target)) / 2
 
 
@@ -244,10 +244,10 @@ class ContrastiveLoss(nn.Module):
     `masked_pairs` and the `batch_metrics`."""
 
     def __init__(self, logit_scale_max: Optional[float] = 100.0, gather_with_grad: bool = True,
-                 mask_same_source: bool = True, clamp_in_forward: bool = False):
+                 mask_same_image: bool = True, clamp_in_forward: bool = False):
         super().__init__()
         self.logit_scale_max, self.gather_with_grad = logit_scale_max, gather_with_grad
-        self.mask_same_source, self.clamp_in_forward = mask_same_source, clamp_in_forward
+        self.mask_same_image, self.clamp_in_forward = mask_same_image, clamp_in_forward
 
     def forward(self, image_features: Tensor, text_features: Tensor, logit_scale: Tensor,
                 layout: Layout, details: bool = False):
@@ -259,7 +259,7 @@ class ContrastiveLoss(nn.Module):
         if self.clamp_in_forward and self.logit_scale_max is not None:  # value capped, gradient kept
             scale = scale - (scale - scale.clamp(max=self.logit_scale_max)).detach()
         lay = global_layout(layout, num_local_images)
-        logits = contrastive_logits(images, texts, scale, lay, self.mask_same_source)
+        logits = contrastive_logits(images, texts, scale, lay, self.mask_same_image)
         loss_i2t = F.cross_entropy(logits.i2t, logits.i2t_target)
         loss_t2i = F.cross_entropy(logits.t2i, logits.t2i_target)
         loss = (loss_i2t + loss_t2i) / 2

@@ -21,8 +21,10 @@ from typing import Annotated, Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from compclip.errors import CompclipError
 
-class RecipeError(ValueError):
+
+class RecipeError(CompclipError, ValueError):
     """A recipe that cannot be used; the message is a single line naming file and key."""
 
 

@@ -18,6 +18,8 @@ from typing import Any, Optional
 
 import torch
 
+from compclip.errors import CompclipError
+
 NUMPY = ("numpy._core.multiarray._reconstruct", "numpy.core.multiarray._reconstruct", "numpy.ndarray", "numpy.dtype",
          "numpy.dtypes.UInt32DType")  # numpy's RNG state in accelerate's random_states_<rank>.pkl
 DEEPSPEED = ("deepspeed.runtime.fp16.loss_scaler.LossScaler", "deepspeed.runtime.zero.config.ZeroStageEnum",
@@ -25,7 +27,7 @@ DEEPSPEED = ("deepspeed.runtime.fp16.loss_scaler.LossScaler", "deepspeed.runtime
 ALLOWED = NUMPY + DEEPSPEED
 
 
-class UnsafeFile(ValueError):
+class UnsafeFile(CompclipError, ValueError):
     """A file that cannot be read as plain data (tensors, numbers, strings, containers)."""
 
 

@@ -41,16 +41,23 @@ import os
 import sys
 from pathlib import Path
 
+# Run as a script (`accelerate launch trainer/train.py RECIPE`, `python trainer/train.py`),
+# Python puts trainer/ first on sys.path: its modules (data.py, loss.py, transforms.py, ...)
+# would then shadow any top-level module of those names, so trainer/ comes off. The repository
+# root goes on instead, so `trainer`, `models`, `compclip` ... import from this checkout, not from
+# whatever copy is installed (an editable install of another checkout included). Imported as a
+# module (`python -m trainer`, `from trainer.train import main`), sys.path[0] is not trainer/;
+# only the root is put first. Not a change to any library (compclip.compat).
 ROOT = Path(__file__).resolve().parents[1]
 if sys.path and Path(sys.path[0]).resolve() == ROOT / "trainer":
-    sys.path.pop(0)  # run as a script: do not let trainer/*.py shadow top-level modules
+    sys.path.pop(0)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from compclip import cli  # noqa: E402  (light: argparse and the standard library)
 
 PROG = "python -m trainer"
-_LOOP_NAMES = ("Trainer", "TrainingError", "PAUSE_ENV", "make_accelerator", "using_deepspeed",
+_LOOP_NAMES = ("Trainer", "TrainingError", "make_accelerator", "using_deepspeed",
                "one_dim_logit_scale")
 
 
@@ -65,7 +72,7 @@ def __getattr__(name: str):
 def one_line(err: BaseException) -> str:
     """The message of an error, one line (DataLoader workers wrap theirs in a traceback)."""
     last = cli.one_line(err)
-    for prefix in ("trainer.data.DataError: ", "DataError: "):
+    for prefix in ("compclip.errors.DataError: ", "trainer.data.DataError: ", "DataError: "):
         last = last.removeprefix(prefix)
     return last
 
@@ -87,6 +94,8 @@ def check_model(recipe) -> None:
         raise RecipeError(f"model.arch '{m.arch}': {cli.one_line(err)}".replace(
             "leave the architecture out", "set model.arch=null")) from None
     except (ValueError, LookupError, OSError) as err:
+        if type(err) is cli.InputError:  # "no architecture given ...": its message names the weights and the fix
+            raise
         raise RecipeError(f"model.pretrained '{m.pretrained}': {cli.describe(err)}") from None
     problem = tag_weights_problem(arch, weights) if weights and not os.path.isfile(weights) else None
     if problem:

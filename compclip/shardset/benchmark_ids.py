@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+from compclip.errors import CompclipError
+
 VISLA_FILES = ("Generic_VISLA.tsv", "Spatial_VISLA.tsv")
 SUGARCREPE_SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel",
                       "swap_att", "swap_obj")
@@ -45,7 +47,7 @@ BIVLC_ID_COLUMNS = ("coco_id", "image_id", "filename", "file_name", "image_path"
 _ID_IN_NAME = re.compile(r"(\d+)\.(?:jpe?g|png|webp)$", re.IGNORECASE)
 
 
-class ImageIdError(ValueError):
+class ImageIdError(CompclipError, ValueError):
     """A benchmark file that cannot be read for image ids; the message names the file."""
 
 

@@ -15,11 +15,13 @@ from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
+from compclip.errors import CompclipError
+
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 JPEG_QUALITY = 95
 
 
-class BadImage(ValueError):
+class BadImage(CompclipError, ValueError):
     """An image that cannot be decoded; the message names where it came from."""
 
 

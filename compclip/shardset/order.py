@@ -27,12 +27,13 @@ from typing import Any, Iterable, Optional, TypeVar
 import numpy as np
 
 from compclip.shardset.manifest import read_manifest
+from compclip.errors import CompclipError
 
 T = TypeVar("T")
 ORDER_KEY = "order"
 
 
-class OrderMismatch(ValueError):
+class OrderMismatch(CompclipError, ValueError):
     """A resume asked for another order than the one the set was written in."""
 
 

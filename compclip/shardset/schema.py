@@ -27,6 +27,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from compclip.errors import SchemaError
+
 SCHEMA_VERSION = 1
 IMAGE_EXTS = ("jpg", "png", "webp")
 
@@ -40,8 +42,8 @@ SUBKINDS: dict[str, tuple[str, ...]] = {
 PARTNER_KINDS = ("generated", "mirrored")
 
 
-class SchemaError(ValueError):
-    """A sample that does not follow the shard schema; the message names the key and member."""
+# a sample that does not follow the shard schema raises `SchemaError` (compclip.errors); the
+# message names the key and member
 
 
 @dataclass(frozen=True)

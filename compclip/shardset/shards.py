@@ -51,6 +51,7 @@ from compclip.shardset.manifest import MANIFEST, read_manifest
 from compclip.shardset.order import ORDER_KEY, check_order
 from compclip.shardset.schema import SCHEMA_VERSION, SchemaError, ShardSample
 from compclip.fileio import atomic_write
+from compclip.errors import CompclipError
 
 KEY_INDEX = "keys.tsv"
 IMAGE_IDS = "image_ids.txt"
@@ -59,11 +60,11 @@ OPTIONS_KEY = "options"
 INPUTS_KEY = "inputs"
 
 
-class OptionMismatch(ValueError):
+class OptionMismatch(CompclipError, ValueError):
     """A rerun into an existing output with another value of an option that changes it."""
 
 
-class InputChanged(ValueError):
+class InputChanged(CompclipError, ValueError):
     """A rerun into an existing output whose input is not what it was when the output started."""
 
 

@@ -91,10 +91,9 @@ def scatter(src: str | Path, work: Path, seed: int, buckets: int, progress: bool
 
 def shuffle_shard_set(src: str | Path, out: str | Path, seed: int = 0,
                       buckets: Optional[int] = None, work_dir: Optional[str | Path] = None,
-                      max_count: int = 10_000, max_bytes: int = 1 << 30, progress: bool = True,
-                      stop_after: Optional[int] = None) -> dict[str, Any]:
+                      max_count: int = 10_000, max_bytes: int = 1 << 30, progress: bool = True) -> dict[str, Any]:
     """Write `src` into `out` in a seeded random order (see the module docstring); returns the
-    manifest. `stop_after` stops pass 2 after that many samples without closing, as a kill would."""
+    manifest."""
     src, out = Path(src), Path(out)
     src_manifest = read_manifest(src)
     if not src_manifest.get("complete"):
@@ -114,7 +113,7 @@ def shuffle_shard_set(src: str | Path, out: str | Path, seed: int = 0,
     counts = scatter(src, work, seed, buckets, progress)
     writer.manifest["shuffle"] = {"samples": sum(counts), "buckets": buckets,
                                   "largest_bucket": max(counts)}
-    skip, written = writer.inputs_done, 0
+    skip = writer.inputs_done
     bar = _bar(progress, sum(counts), "shuffle pass 2", skip)
     position = 0
     try:
@@ -128,11 +127,7 @@ def shuffle_shard_set(src: str | Path, out: str | Path, seed: int = 0,
                                  f"{count}; delete {work} and rerun")
             for i in rng(seed, f"shuffle-bucket-{b}").permutation(count):
                 if position >= skip:
-                    if stop_after is not None and written >= stop_after:
-                        writer.__exit__(RuntimeError, None, None)
-                        return writer.manifest
                     writer.add_raw(samples[int(i)])
-                    written += 1
                     if bar is not None:
                         bar.update(1)
                 position += 1

@@ -218,8 +218,7 @@ def write_generated(src: str | Path, dst: str | Path, backend: ImageBackend,
                     kinds: Optional[Sequence[str]] = None, subkinds: Optional[Sequence[str]] = None,
                     per_sample: int = 1, candidates: int = 1, pick: str = "first", scorer=None,
                     seed: int = 0, ext: str = "jpg", batch_size: int = 16, max_count: int = 10_000,
-                    max_bytes: int = 1 << 30, stop_after: Optional[int] = None,
-                    progress: bool = False) -> dict:
+                    max_bytes: int = 1 << 30, progress: bool = False) -> dict:
     """Add a generated partner image per chosen negative caption; resumes an interrupted `dst`.
     `progress`: a bar on stderr (source samples done of the source set's total).
 
@@ -243,7 +242,7 @@ def write_generated(src: str | Path, dst: str | Path, backend: ImageBackend,
                                     "subkinds": list(subkinds or []), "per_sample": per_sample,
                                     "candidates": candidates, "pick": pick, "seed": seed}
     stats: Counter = Counter()
-    start, written = writer.inputs_done, 0
+    start = writer.inputs_done
     pending: list[tuple[int, dict, list[int]]] = []
     from compclip.cli import progress as bar_of
     total = sum(s["samples"] for s in src_manifest["shards"])
@@ -282,12 +281,6 @@ def write_generated(src: str | Path, dst: str | Path, backend: ImageBackend,
     for row, raw in enumerate(raw for url in shard_urls(src) for raw in iter_raw_samples(url)):
         if row < start:
             continue
-        if stop_after is not None and written >= stop_after:
-            flush()
-            bar.close()
-            writer.__exit__(RuntimeError, None, None)
-            return writer.manifest
-        written += 1
         try:
             negatives = json.loads(raw.get("neg.json", b"[]"))
         except json.JSONDecodeError:

@@ -363,8 +363,7 @@ def brute_force(vectors: np.ndarray, k: int, hashes: Optional[np.ndarray] = None
 
 def write_neighbours(src: str | Path, dst: str | Path, emb: Embeddings, ids: np.ndarray,
                      scores: np.ndarray, max_count: int = 10_000, max_bytes: int = 1 << 30,
-                     extra_manifest: Optional[dict] = None, stop_after: Optional[int] = None,
-                     progress: bool = False) -> dict:
+                     extra_manifest: Optional[dict] = None, progress: bool = False) -> dict:
     """Copy `src` into `dst` adding `nn.json`; samples whose image is unreadable are skipped and
     counted. Resumes an interrupted `dst`; builds `dst/keys.tsv` when complete. `progress`: a
     bar on stderr (samples copied of the source's total)."""
@@ -381,7 +380,7 @@ def write_neighbours(src: str | Path, dst: str | Path, emb: Embeddings, ids: np.
     total = sum(s["samples"] for s in src_manifest["shards"])
     with bar_of(total=total, initial=min(start, total), desc="knn write", unit="sample",
                 unit_scale=True, quiet=not progress) as bar:
-        manifest = _copy_with_neighbours(src, writer, emb, ids, scores, start, stop_after, bar)
+        manifest = _copy_with_neighbours(src, writer, emb, ids, scores, start, bar)
     if not manifest.get("complete"):
         return manifest
     KeyIndex.build(dst)
@@ -389,8 +388,8 @@ def write_neighbours(src: str | Path, dst: str | Path, emb: Embeddings, ids: np.
 
 
 def _copy_with_neighbours(src, writer: ShardSetWriter, emb: Embeddings, ids: np.ndarray,
-                          scores: np.ndarray, start: int, stop_after: Optional[int], bar) -> dict:
-    row, written = -1, 0
+                          scores: np.ndarray, start: int, bar) -> dict:
+    row = -1
     for url in shard_urls(src):
         for raw in iter_raw_samples(url):
             row += 1
@@ -400,10 +399,6 @@ def _copy_with_neighbours(src, writer: ShardSetWriter, emb: Embeddings, ids: np.
             if raw["__key__"] != emb.keys[row]:
                 raise SchemaError(f"{url}: sample {row} is '{raw['__key__']}' but the embeddings "
                                   f"say '{emb.keys[row]}'; re-embed {src}")
-            if stop_after is not None and written >= stop_after:
-                writer.__exit__(RuntimeError, None, None)
-                return writer.manifest
-            written += 1
             if not emb.valid[row]:
                 writer.skip("corrupt_image")
                 continue

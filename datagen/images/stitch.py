@@ -261,12 +261,10 @@ def write_stitched(out_dir: str | Path, bank_dir: str | Path, n_pairs: int, seed
                    size: tuple[int, int] = (224, 224), relations: Sequence[str] = RELATIONS,
                    scale: tuple[float, float] = (0.25, 0.45), gap: int = 4, ext: str = "jpg",
                    backgrounds: Optional[str | Path] = None, key_prefix: str = "lr",
-                   max_count: int = 10_000, max_bytes: int = 1 << 30,
-                   stop_after: Optional[int] = None, progress: bool = False) -> dict:
+                   max_count: int = 10_000, max_bytes: int = 1 << 30, progress: bool = False) -> dict:
     """Write `n_pairs` stitched samples into a shard set; resumes an interrupted one.
 
-    `progress`: a bar on stderr (pairs written of `n_pairs`). `stop_after` (tests, benchmarks)
-    stops after that many new pairs without closing the set, as a killed run would.
+    `progress`: a bar on stderr (pairs written of `n_pairs`).
     """
     from compclip.cli import progress as bar_of
     bank = load_object_bank(bank_dir, backgrounds)
@@ -281,10 +279,7 @@ def write_stitched(out_dir: str | Path, bank_dir: str | Path, n_pairs: int, seed
         log.info("%s: resuming after %d complete pairs", out_dir, start)
     order = permutation(n_pairs, seed)
     with bar_of(total=n_pairs, initial=start, desc="stitch", unit="pair", quiet=not progress) as bar:
-        for done, index in enumerate(int(i) for i in order[start:]):
-            if stop_after is not None and done >= stop_after:
-                writer.__exit__(RuntimeError, None, None)  # what a killed run leaves behind
-                return writer.manifest
+        for index in (int(i) for i in order[start:]):
             pair = make_pair(bank, index, seed, size, relations, scale, gap)
             writer.add(pair_sample(pair, f"{key_prefix}{index:08d}", index, ext))
             bar.update(1)

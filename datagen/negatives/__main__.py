@@ -65,22 +65,21 @@ def _generate(args: argparse.Namespace) -> int:
     if args.rules == "negclip" and (args.lm_model or args.no_plausibility):
         raise InputError("generate: --rules negclip has no plausibility filter (NegCLIP's script had "
                          "none); drop --lm-model / --no-plausibility")
-    from datagen.negatives.pipeline import run_generate
+    from datagen.negatives.pipeline import GenerateOptions, run_generate
     images = None
     if args.images:
         from datagen.prepare.imagefiles import ImageFiles
         images = ImageFiles(args.images)
-    result = run_generate(src, out, kinds=args.kinds or None, mode=args.mode, cap=args.cap,
-                          seed=args.seed, workers=args.workers, chunk_size=args.chunk_size,
-                          shard_size=args.max_count, vocab_path=args.vocab,
-                          vocab_sample=args.vocab_sample, max_words=args.max_words,
-                          progress=not args.quiet, image_col=args.image_col,
-                          caption_col=args.caption_col, limit=args.limit, images=images,
-                          skip_missing=args.skip_missing,
-                          plausibility=None if args.no_plausibility else (
-                              f"hf:{args.lm_model}" if args.lm_model else "auto"),
-                          margin=args.margin, rules=args.rules, spacy_model=args.spacy_model,
-                          require_negative=args.require_negative)
+    options = GenerateOptions(
+        kinds=args.kinds or None, mode=args.mode, cap=args.cap, seed=args.seed, workers=args.workers,
+        chunk_size=args.chunk_size, shard_size=args.max_count, vocab_path=args.vocab,
+        vocab_sample=args.vocab_sample, max_words=args.max_words, progress=not args.quiet,
+        image_col=args.image_col, caption_col=args.caption_col, limit=args.limit, images=images,
+        skip_missing=args.skip_missing,
+        plausibility=None if args.no_plausibility else (f"hf:{args.lm_model}" if args.lm_model else "auto"),
+        margin=args.margin, rules=args.rules, spacy_model=args.spacy_model,
+        require_negative=args.require_negative)
+    result = run_generate(src, out, options)
     print(json.dumps(result["stats"], indent=1, sort_keys=True))
     return 0
 

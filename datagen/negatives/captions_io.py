@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from compclip.shardset.shards import iter_raw_samples, shard_urls
+from compclip.errors import InputError
 
 IMAGE_COLUMNS = ("filepath", "image", "image_path", "filename", "file_name", "path")
 CAPTION_COLUMNS = ("caption", "title", "text", "sentence")
@@ -40,8 +41,7 @@ def coco_id_of_file(name: str) -> Optional[int]:
     return int(match.group(1)) if match else None
 
 
-class InputError(ValueError):
-    """Unreadable caption input; the message names the file and where in it."""
+# unreadable caption input raises `InputError`; the message names the file and where in it
 
 
 @dataclass

@@ -9,18 +9,17 @@ count for neither, so "Un uomo in sella a un cavallo" is foreign ("un" twice aga
 English-only word) while "A man in a suit" stays English. A caption is not English when
 it has at least two foreign function words and more of them than English ones, or one and no
 English one; or when most of its letters are not ASCII. The lists come from spaCy's
-`spacy/lang/<xx>/stop_words.py` files, read as plain modules (importing the language packages
-would load their tokenizer exceptions: ~4 s of a 5,000-caption command), so no language model or
-language package is loaded.
+`spacy/lang/<xx>/stop_words.py` files, read as plain modules (`compclip.compat.spacy.stop_words`:
+importing the language packages would load their tokenizer exceptions, ~4 s of a 5,000-caption
+command), so no language model or language package is loaded.
 """
 from __future__ import annotations
 
-import importlib.util
 import re
 from functools import lru_cache
-from pathlib import Path
 
 import datagen.negatives.lexicon as lexicon
+from compclip.compat.spacy import stop_words  # noqa: F401  (imported from here too)
 
 OTHER_LANGUAGES = ("de", "it", "es", "fr", "nl", "pt")
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
@@ -37,15 +36,6 @@ def word_lists() -> tuple[frozenset[str], frozenset[str]]:
     english_only = frozenset(w for w in english if w not in foreign and "'" not in w)
     foreign_only = frozenset(foreign - set(english) - lexicon.words("english_homographs"))
     return english_only, foreign_only
-
-
-def stop_words(lang: str) -> set[str]:
-    """spaCy's stop-word list of a language, from its `stop_words.py` alone."""
-    root = Path(importlib.util.find_spec("spacy").submodule_search_locations[0])
-    spec = importlib.util.spec_from_file_location(f"_stop_words_{lang}", root / "lang" / lang / "stop_words.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return set(module.STOP_WORDS)
 
 
 def is_english(caption: str) -> bool:

@@ -1,6 +1,6 @@
 """Corpus runs: caption input -> shard set with `neg.json`, chunked, parallel and resumable.
 
-    run_generate("captions_train2017.json", "out/", workers=1)
+    run_generate("captions_train2017.json", "out/", GenerateOptions(workers=1))
 
 1. Vocabulary (the compclip rules only; the negclip rules use none): `out/vocab.json` if
    present (a resumed run), else the file given, else mined from the first `vocab_sample`
@@ -51,10 +51,10 @@ import os
 import sys
 import time
 from collections import Counter, deque
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from datagen.negatives.captions_io import CaptionItem, InputError, read_items
 from compclip.shardset.imageio import BadImage
@@ -145,69 +145,91 @@ def fewer_gc_passes(fn):
     return run
 
 
+@dataclass
+class GenerateOptions:
+    """What `run_generate` does; the command line (`negatives generate`, `prepare coco`) builds one.
+
+    `kinds`, `mode`, `cap`, `max_words`, `batch_size`: the generator's (`RuleNegativeGenerator`);
+    `seed`: caption `i` draws from `(seed, i)`, and text inputs are written in the seeded
+    permutation of `compclip.shardset.order.order_for_input`. `workers`, `chunk_size`: point 2 of the module
+    docstring; `shard_size`: samples per shard. `vocab_path`, `vocab_sample`: point 1.
+    `image_col`, `caption_col`: the caption input's columns (`datagen.negatives.captions_io.read_items`).
+    `limit` caps the input items read. `images`, `skip_missing`, `splits`: point 5; `select`
+    filters the items (e.g. benchmark images out, `datagen.prepare.exclude`). `plausibility`
+    ("ngram", "hf:<local model folder>" or None; "auto": "ngram" for the compclip rules, none for
+    negclip) and `margin`: the plausibility filter (see datagen/negatives/rules.py). `rules`:
+    "compclip" or "negclip"; `spacy_model`: the pipeline to parse with; `require_negative`:
+    point 4. `progress`: a bar on stderr."""
+    kinds: Optional[list[str]] = None
+    mode: str = "sample"
+    cap: int = 8
+    seed: int = 0
+    workers: int = 1
+    chunk_size: int = 1000
+    shard_size: int = 10_000
+    vocab_path: Optional[str | Path] = None
+    vocab_sample: int = 20_000
+    max_words: int = 100
+    batch_size: int = 256
+    progress: bool = True
+    image_col: Optional[str] = None
+    caption_col: Optional[str] = None
+    limit: Optional[int] = None
+    images: Any = None  # a datagen.prepare.imagefiles.ImageFiles
+    skip_missing: bool = False
+    splits: Optional[list[str]] = None
+    select: Optional[Callable[[Iterator[CaptionItem]], Iterator[CaptionItem]]] = None
+    plausibility: Optional[str] = "auto"
+    margin: float | dict[str, float] = field(default_factory=lambda: DEFAULT_MARGIN)  # per kind, or one for all
+    rules: str = "compclip"
+    spacy_model: str = SPACY_MODEL
+    require_negative: bool = False
+
+    def scorer(self) -> Optional[str]:
+        """The plausibility filter actually used ("auto" resolved)."""
+        if self.plausibility == "auto":
+            return "ngram" if self.rules == "compclip" else None
+        return self.plausibility
+
+    def generator_config(self) -> dict[str, Any]:
+        """The `RuleNegativeGenerator` keyword arguments (a worker process builds its own)."""
+        return {"kinds": self.kinds, "mode": self.mode, "cap": self.cap, "max_words": self.max_words,
+                "batch_size": self.batch_size, "plausibility": self.scorer(), "margin": self.margin,
+                "rules": self.rules, "spacy_model": self.spacy_model}
+
+    def features(self) -> dict[str, Any]:
+        """The manifest's `features`: a resume with other options is refused by them."""
+        features = {"negatives": "rules", "rules": self.rules, "spacy_model": self.spacy_model,
+                    "mode": self.mode, "seed": self.seed, "kinds": sorted(self.kinds) if self.kinds else "all"}
+        if self.mode == "all":
+            features["cap"] = self.cap or None
+        if self.require_negative:
+            features["require_negative"] = True
+        if self.scorer():
+            features["plausibility"] = {"scorer": self.scorer(), "margin": self.margin}
+        if self.images is not None:
+            features["images"] = True
+        if self.splits:
+            features["splits"] = sorted(self.splits)
+        return features
+
+
 @fewer_gc_passes
-def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional[list[str]] = None,
-                 mode: str = "sample", cap: int = 8, seed: int = 0, workers: int = 1,
-                 chunk_size: int = 1000, shard_size: int = 10_000,
-                 vocab_path: Optional[str | Path] = None, vocab_sample: int = 20_000,
-                 max_words: int = 100, batch_size: int = 256, progress: bool = True,
-                 image_col: Optional[str] = None, caption_col: Optional[str] = None,
-                 limit: Optional[int] = None, stop_after: Optional[int] = None,
-                 images=None, skip_missing: bool = False,
-                 splits: Optional[list[str]] = None, select=None, plausibility: Optional[str] = "auto",
-                 margin=DEFAULT_MARGIN, rules: str = "compclip", spacy_model: str = SPACY_MODEL,
-                 require_negative: bool = False) -> dict[str, Any]:
-    """Generate negatives for every caption of `input_path` into the shard set `out_dir`.
-
-    `limit` caps the input items read; `stop_after` stops (without closing the set) after that
-    many items of this run, as a kill would: for tests of resume. `images`, `skip_missing`,
-    `splits`: see point 5 of the module docstring. Order: `compclip.shardset.order.order_for_input`
-    (captions are written in a seeded permutation); `select` filters the items (e.g. benchmark
-    images out, `datagen.prepare.exclude`). `plausibility` ("ngram", "hf:<local model folder>"
-    or None; "auto": "ngram" for the compclip rules, none for negclip) and `margin`: the
-    plausibility filter (see datagen/negatives/rules.py). `rules`: "compclip" or "negclip";
-    `spacy_model`: the pipeline to parse with; `require_negative`: point 4.
-    An input with no caption at all is an `InputError`, raised before anything is written.
+def run_generate(input_path: str | Path, out_dir: str | Path,
+                 options: Optional[GenerateOptions] = None) -> dict[str, Any]:
+    """Generate negatives for every caption of `input_path` into the shard set `out_dir`, as
+    `options` say (`GenerateOptions`; the defaults without). An input with no caption at all is
+    an `InputError`, raised before anything is written.
     """
+    opt = options or GenerateOptions()
     out_dir = Path(out_dir)
-    if plausibility == "auto":
-        plausibility = "ngram" if rules == "compclip" else None
-    config = {"kinds": kinds, "mode": mode, "cap": cap, "max_words": max_words,
-              "batch_size": batch_size, "plausibility": plausibility, "margin": margin,
-              "rules": rules, "spacy_model": spacy_model}
+    config = opt.generator_config()
     RuleNegativeGenerator(**config)  # bad options are refused before any work
-    check_spacy_model(spacy_model)
-    features = {"negatives": "rules", "rules": rules, "spacy_model": spacy_model, "mode": mode,
-                "seed": seed, "kinds": sorted(kinds) if kinds else "all"}
-    if mode == "all":
-        features["cap"] = cap or None
-    if require_negative:
-        features["require_negative"] = True
-    if plausibility:
-        features["plausibility"] = {"scorer": plausibility, "margin": margin}
-    if images is not None:
-        features["images"] = True
-    if splits:
-        features["splits"] = sorted(splits)
-
-    order, permute = order_for_input(input_path, seed)
-
-    permuted: list[CaptionItem] = []  # text inputs: read, filtered and permuted once, reused by every pass
-
-    def items() -> Iterator[CaptionItem]:
-        if permute and permuted:
-            it: Iterator[CaptionItem] = iter(permuted)
-        else:
-            it = read_items(input_path, image_col=image_col, caption_col=caption_col)
-            if splits:
-                it = (x for x in it if x.meta.get("split") in splits)
-            it = select(it) if select is not None else it
-            if permute:
-                permuted.extend(shuffled(it, seed))
-                it = iter(permuted)
-        return islice(it, limit) if limit is not None else it
-
-    if next(items(), None) is None:
+    check_spacy_model(opt.spacy_model)
+    features = opt.features()
+    order, permute = order_for_input(input_path, opt.seed)
+    source = _Input(input_path, opt, permute)
+    if next(source.items(), None) is None:
         raise InputError(f"{input_path}: no captions (empty input)")
     vocab_file = out_dir / VOCAB_FILE
     if (out_dir / MANIFEST).is_file():  # a set made with other options is refused before anything is written
@@ -217,63 +239,38 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
             check_inputs(manifest.get(INPUTS_KEY) or {}, [input_path], out_dir)
             return {"manifest": manifest, "stats": _read_stats(out_dir), "resumed_from": None}
     # a given vocabulary is read before anything is written: a bad file leaves no --out behind
-    vocab = Vocabulary.from_json(vocab_path) if vocab_path and not vocab_file.is_file() else None
+    vocab = Vocabulary.from_json(opt.vocab_path) if opt.vocab_path and not vocab_file.is_file() else None
     with hold(out_dir):
         pin_inputs(out_dir, [input_path])  # a resume reading an edited input is refused here
         if not os.access(out_dir, os.W_OK):  # found before the vocabulary pass, not after it
             raise PermissionError(13, "Permission denied", str(out_dir))
         parsed: list = []  # a fresh run parses the vocabulary sample once: the inline pass reuses it
         # mined or read here: the inline pass uses it as is (what vocab.json holds)
-        if rules != "compclip":
+        if opt.rules != "compclip":
             vocab, vocab_file = None, None
         elif not vocab_file.is_file():
             if vocab is None:
-                vocab = build_vocabulary(items(), vocab_sample, max_words,
-                                         parsed if workers <= 1 else None, spacy_model)
+                vocab = build_vocabulary(source.items(), opt.vocab_sample, opt.max_words,
+                                         parsed if opt.workers <= 1 else None, opt.spacy_model)
             vocab.to_json(vocab_file)
-        kinds_selected = select_kinds(kinds, rules)
-        writer = ShardSetWriter(out_dir, max_count=shard_size, features=features, order=order)
+        kinds_selected = select_kinds(opt.kinds, opt.rules)
+        writer = ShardSetWriter(out_dir, max_count=opt.shard_size, features=features, order=order)
         done = writer.inputs_done
-        todo = islice(items(), done, None)
         run: Counter[str] = Counter()  # this run's counts; the writer keeps each shard's
-        bar = _progress(progress, done, _total(input_path, permuted if permute else None, limit))
+        bar = _progress(opt.progress, done, _total(input_path, source.permuted if permute else None, opt.limit))
+        write = _Write(writer, run, bar, opt)
+        chunks = _chunks(islice(source.items(), done, None), done, opt.chunk_size)
+        vocab_name = str(vocab_file) if vocab_file else None
         t0 = time.perf_counter()
-
-        def write(start: int, chunk: list[CaptionItem], results: list[Any]) -> None:
-            for item, res in zip(chunk, results):
-                if require_negative and res == []:
-                    res = "no_negative"
-                negs = res if isinstance(res, list) else []
-                sample = None
-                if item.raw is None and isinstance(res, list):
-                    sample = ShardSample(item.key, item.caption.strip(), meta=item.meta, negatives=negs)
-                    if images is not None:
-                        res = _attach_image(sample, item, images, skip_missing) or res
-                if not isinstance(res, list):
-                    negs = []
-                for counts in (run, writer.counts):  # before the sample: it may finish the shard
-                    _count(counts, negs, None if isinstance(res, list) else res)
-                if item.raw is not None and res != "no_negative":
-                    _copy_with_negatives(writer, item.raw, negs)
-                elif isinstance(res, list):
-                    writer.add(sample)
-                else:
-                    writer.skip(res)
-            if bar is not None:
-                bar.update(len(chunk))
-
-        chunks = _chunks(todo, done, chunk_size)
-        if stop_after is not None:
-            chunks = _take_items(chunks, stop_after)
         try:
-            if workers <= 1:
-                _init_worker(config, str(vocab_file) if vocab_file else None, seed, vocab)
+            if opt.workers <= 1:
+                _init_worker(config, vocab_name, opt.seed, vocab)
                 for start, chunk in chunks:
                     write(start, chunk, _work(start, [it.caption for it in chunk], parsed))
                     if parsed and start + len(chunk) >= len(parsed):
                         parsed = []  # past the vocabulary sample: free the parses
             else:
-                _run_pool(workers, config, str(vocab_file) if vocab_file else None, seed, chunks, write)
+                _run_pool(opt.workers, config, vocab_name, opt.seed, chunks, write)
         except BaseException as err:  # complete shards and the manifest stay; the partial one goes
             writer.__exit__(type(err), err, None)
             raise
@@ -281,10 +278,6 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
             if bar is not None:
                 bar.close()
         elapsed = time.perf_counter() - t0
-        if stop_after is not None:  # simulated kill: complete shards stay, the partial one is dropped
-            writer.__exit__(RuntimeError, RuntimeError("stopped"), None)
-            return {"manifest": writer.manifest, "stats": _finish_stats(run, kinds_selected, elapsed),
-                    "resumed_from": done}
         manifest = writer.close()
         whole, unrecorded = summed_counts(manifest)
         final = _finish_stats(whole, kinds_selected, elapsed, run["captions"])
@@ -293,6 +286,62 @@ def run_generate(input_path: str | Path, out_dir: str | Path, *, kinds: Optional
         final["resumed_from"] = done
         (out_dir / STATS_FILE).write_text(json.dumps(final, indent=1, sort_keys=True))
     return {"manifest": manifest, "stats": final, "resumed_from": done}
+
+
+class _Input:
+    """The caption items of a run, as every pass reads them: filtered by `splits` and `select`,
+    a text input permuted by the seed (read, filtered and permuted once, then reused), capped at
+    `limit`."""
+
+    def __init__(self, path: str | Path, opt: GenerateOptions, permute: bool):
+        self.path, self.opt, self.permute = path, opt, permute
+        self.permuted: list[CaptionItem] = []
+
+    def items(self) -> Iterator[CaptionItem]:
+        opt = self.opt
+        if self.permute and self.permuted:
+            it: Iterator[CaptionItem] = iter(self.permuted)
+        else:
+            it = read_items(self.path, image_col=opt.image_col, caption_col=opt.caption_col)
+            if opt.splits:
+                it = (x for x in it if x.meta.get("split") in opt.splits)
+            it = opt.select(it) if opt.select is not None else it
+            if self.permute:
+                self.permuted.extend(shuffled(it, opt.seed))
+                it = iter(self.permuted)
+        return islice(it, opt.limit) if opt.limit is not None else it
+
+
+class _Write:
+    """Writes a chunk's results (negatives or a skip reason per caption) in input order: a sample,
+    a copied shard sample or a skip, counted in this run's counts and the shard's."""
+
+    def __init__(self, writer: ShardSetWriter, run: Counter, bar, opt: GenerateOptions):
+        self.writer, self.run, self.bar, self.opt = writer, run, bar, opt
+
+    def __call__(self, start: int, chunk: list[CaptionItem], results: list[Any]) -> None:
+        writer, opt = self.writer, self.opt
+        for item, res in zip(chunk, results):
+            if opt.require_negative and res == []:
+                res = "no_negative"
+            negs = res if isinstance(res, list) else []
+            sample = None
+            if item.raw is None and isinstance(res, list):
+                sample = ShardSample(item.key, item.caption.strip(), meta=item.meta, negatives=negs)
+                if opt.images is not None:
+                    res = _attach_image(sample, item, opt.images, opt.skip_missing) or res
+            if not isinstance(res, list):
+                negs = []
+            for counts in (self.run, writer.counts):  # before the sample: it may finish the shard
+                _count(counts, negs, None if isinstance(res, list) else res)
+            if item.raw is not None and res != "no_negative":
+                _copy_with_negatives(writer, item.raw, negs)
+            elif isinstance(res, list):
+                writer.add(sample)
+            else:
+                writer.skip(res)
+        if self.bar is not None:
+            self.bar.update(len(chunk))
 
 
 def _attach_image(sample: ShardSample, item: CaptionItem, images, skip_missing: bool) -> Optional[str]:
@@ -357,16 +406,6 @@ def _run_pool(workers: int, config: dict[str, Any], vocab_file: Optional[str], s
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def _take_items(chunks, n: int):
-    taken = 0
-    for start, chunk in chunks:
-        if taken >= n:
-            return
-        chunk = chunk[: n - taken]
-        taken += len(chunk)
-        yield start, chunk
 
 
 def _count(counts: Counter, negs: list[Negative], skipped: Optional[str] = None) -> None:

@@ -40,6 +40,7 @@ import datagen.negatives.add as add  # noqa: F401  (add, negclip, replace, swap:
 import datagen.negatives.negclip as negclip
 import datagen.negatives.replace as replace  # noqa: F401
 import datagen.negatives.swap as swap
+from compclip.compat.spacy import import_spacy, load_tagger  # noqa: F401  (import_spacy: imported from here too)
 from datagen.negatives.base import RULE_SETS, SPACY_MODEL
 from datagen.negatives.plausibility import DEFAULT_MARGIN, PlausibilityFilter
 from datagen.negatives.text import set_pos_table, skip_reason, view
@@ -50,86 +51,17 @@ _NEGCLIP = frozenset(("swap", t) for t in swap.NEGCLIP_TYPES)
 _NLP_CACHE: dict[tuple[str, bool], object] = {}
 
 
-def import_spacy():
-    """`import spacy` without torch and without spaCy's command line. Thinc imports torch when
-    it can (~1.4 s of a 5,000-caption command) though the CPU pipelines of `load_nlp` never use
-    it; and `spacy/__init__.py` imports `spacy.cli` (typer, weasel, requests, httpx: ~0.2 s) for
-    `spacy.info` alone. Both are hidden only while spaCy and thinc load (thinc then leaves its
-    PyTorch wrappers off; `spacy.info` imports the real one when called); a process that has
-    already imported torch keeps it, and `import torch` or `import spacy.cli` later works as
-    usual. Should a spaCy release need more of its CLI at import, spaCy is imported plainly."""
-    if "spacy" in sys.modules:
-        import spacy
-        return spacy
-    hidden: dict[str, object] = {"spacy.cli": _stub_module("spacy.cli"),
-                                 "spacy.cli.info": _stub_module("spacy.cli.info", info=_spacy_info)}
-    if "torch" not in sys.modules:
-        hidden["torch"] = None  # `import torch` raises ImportError, which thinc expects
-    sys.modules.update(hidden)
-    try:
-        import spacy
-    except (ImportError, AttributeError):  # the stub CLI was not enough: import spaCy plainly
-        for name in [n for n in sys.modules if n == "spacy" or n.startswith("spacy.")]:
-            if name not in hidden:
-                del sys.modules[name]
-        for name in ("spacy.cli", "spacy.cli.info"):
-            del sys.modules[name]
-        import spacy
-    finally:
-        for name, value in hidden.items():
-            if name in sys.modules and sys.modules[name] is value:
-                del sys.modules[name]
-    return spacy
-
-
-def _stub_module(name: str, **attrs):
-    import types
-    module = types.ModuleType(name)
-    module.__dict__.update(attrs)
-    return module
-
-
-def _spacy_info(*args, **kwargs):
-    """`spacy.info` (spacy.cli.info.info), imported when called."""
-    from spacy.cli.info import info
-    return info(*args, **kwargs)
-
-
-_BARE_TOKENIZER = "compclip.bare_tokenizer.v1"
-
-
-def _bare_tokenizer():
-    """spaCy's tokenizer without rules, for `load_nlp`: loading a package replaces them all
-    with the package's own (`Tokenizer.from_bytes` clears the exceptions, prefixes, suffixes,
-    infixes and matches, then reads the saved ones), so building the language's default
-    tokenizer first, as `spacy.load` does (2,694 special cases, three regular expressions:
-    ~0.18 s of start-up), is work thrown away. The same tokens either way."""
-    from spacy.tokenizer import Tokenizer
-    return lambda nlp: Tokenizer(nlp.vocab)
-
-
 def load_nlp(model: str = SPACY_MODEL, parser: bool = False):
     """The spaCy pipeline with only what the rules use (cached per process): tokenizer, tok2vec
-    and tagger. The attribute_ruler's POS mapping is applied by `view` instead of by the ruler.
-    Its layers multiply through numpy's BLAS (`NumpyOps(use_blis=False)`): thinc's default,
-    blis, runs the tok2vec's matrix products ~3x slower on this CPU (AVX-512), and the tags
-    come out the same. Components never run are excluded, not only disabled: their weights are
-    not even read (~0.07 s of start-up); the attribute_ruler is loaded, disabled, for its table.
-    The tokenizer starts bare (`_bare_tokenizer`) and gets the package's rules."""
+    and tagger (`compclip.compat.spacy.load_tagger`: numpy BLAS, a bare tokenizer that gets the
+    package's rules, components never run excluded). The attribute_ruler's POS mapping is
+    applied by `view` instead of by the ruler (`compclip.compat.spacy.PosTable`); outside the
+    spaCy versions that was checked on, the ruler runs and `view` reads spaCy's own POS."""
     key = (model, parser)
     if key not in _NLP_CACHE:
-        spacy = import_spacy()
-        from thinc.api import use_ops
-        exclude = ["ner", "lemmatizer", "senter"] + ([] if parser else ["parser"])
-        if _BARE_TOKENIZER not in spacy.registry.tokenizers:
-            spacy.registry.tokenizers.register(_BARE_TOKENIZER, func=_bare_tokenizer)
-        with use_ops("numpy", use_blis=False):
-            nlp = spacy.load(model, exclude=exclude, disable=["attribute_ruler"],
-                             config={"nlp": {"tokenizer": {"@tokenizers": _BARE_TOKENIZER}}})
-            if nlp.tokenizer.prefix_search is None:  # the package brought no tokenizer of its own
-                nlp = spacy.load(model, exclude=exclude, disable=["attribute_ruler"])
-        if "attribute_ruler" in nlp.component_names:
-            set_pos_table(nlp.get_pipe("attribute_ruler"))
+        nlp, table = load_tagger(model, parser)
+        if table is not None:
+            set_pos_table(table)
         _NLP_CACHE[key] = nlp
     return _NLP_CACHE[key]
 

@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Optional
 
+from compclip.compat.spacy import stop_words
 from datagen.negatives.base import normalise
-from datagen.negatives.language import is_english, stop_words
+from datagen.negatives.language import is_english
 
 STOP_WORDS = frozenset(stop_words("en"))  # read as a plain module: importing spaCy costs ~0.7 s
 
@@ -110,30 +111,18 @@ class View:
         return self._norm
 
 
-# Coarse tags from fine tags, read from the pipeline's attribute_ruler (see `set_pos_table`):
-# running the ruler itself costs as much as the tagger, and only its POS mapping is needed.
-_POS_TABLE: Optional[tuple[dict[str, str], dict[tuple[str, str], str]]] = None
+# Coarse tags from fine tags, read from the pipeline's attribute_ruler (`compclip.compat.spacy.
+# PosTable`, set by `load_nlp`): running the ruler itself makes the parse take ~1.7x the CPU time
+# of the tagger-only one, and only its POS mapping is needed.
+_POS_TABLE = None
 
 
-def set_pos_table(ruler) -> None:
-    """Take tag -> POS (and `(tag, word)` -> POS exceptions, e.g. VBZ "is" -> AUX) from a spaCy
-    AttributeRuler's patterns; patterns that need the dependency parse are left out."""
+def set_pos_table(table) -> None:
+    """Read coarse POS from `table` (a `compclip.compat.spacy.PosTable`, or a spaCy
+    AttributeRuler to read one from) for Docs without POS annotation."""
     global _POS_TABLE
-    by_tag: dict[str, str] = {}
-    by_word: dict[tuple[str, str], str] = {}
-    for entry in ruler.patterns:
-        pos = entry["attrs"].get("POS")
-        pattern = entry["patterns"][0]
-        if pos is None or len(pattern) != 1 or not isinstance(pattern[0].get("TAG"), str):
-            continue
-        token = pattern[0]
-        if set(token) == {"TAG"}:
-            by_tag[token["TAG"]] = pos
-        elif set(token) == {"TAG", "LOWER"}:
-            lower = token["LOWER"]
-            for word in ([lower] if isinstance(lower, str) else lower.get("IN", [])):
-                by_word[(token["TAG"], word)] = pos
-    _POS_TABLE = (by_tag, by_word)
+    from compclip.compat.spacy import PosTable
+    _POS_TABLE = table if isinstance(table, PosTable) else PosTable.from_ruler(table)
 
 
 def view(doc) -> View:
@@ -152,7 +141,7 @@ def view(doc) -> View:
         if _POS_TABLE is None:
             raise RuntimeError("the Doc has no POS tags and no POS table is set: parse with "
                                "datagen.negatives.rules.load_nlp() or keep the attribute_ruler")
-        by_tag, by_word = _POS_TABLE
+        by_tag, by_word = _POS_TABLE.by_tag, _POS_TABLE.by_word
         for tok in doc:
             text, tag = tok.text, tok.tag_
             words.append(text)

@@ -56,17 +56,16 @@ def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
                  vocab: Optional[str | Path] = None, knn: int = 0,
                  scorer_factory: Optional[Callable[[], Any]] = None,
                  base: Optional[str | Path] = None, knn_options: Optional[dict] = None,
-                 progress: bool = True, stop_after: Optional[int] = None,
+                 progress: bool = True,
                  benchmarks_root: Optional[str | Path] = DEFAULT_BENCHMARKS_ROOT,
                  keep_benchmark_images: bool = False, karpathy_ref: Optional[str | Path] = None,
                  val2017: Optional[str | Path] = None) -> dict[str, Any]:
-    """Run stage 1 (and 2 with `knn`); returns the final set's manifest. `stop_after` stops
-    stage 1 after that many captions without closing the set, as a kill would (tests).
+    """Run stage 1 (and 2 with `knn`); returns the final set's manifest.
     `karpathy_ref`: a Karpathy JSON naming val/test images to exclude (default: the input when
     it is one); `val2017`: `captions_val2017.json` (default: one next to the input, if any).
     `one_caption_per_image`: only the first caption of each image, in the input's order, as
     NegCLIP's data script kept (`first_caption_per_image`)."""
-    from datagen.negatives.pipeline import run_generate
+    from datagen.negatives.pipeline import GenerateOptions, run_generate
     if (captions is None) == (karpathy is None):
         raise ValueError("give exactly one caption source: COCO captions JSON or Karpathy JSON")
     if knn and scorer_factory is None:
@@ -87,18 +86,18 @@ def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
     split_list = list(splits) if karpathy is not None else None
     pin_exclusion(stage1, exclusion)
     _say(progress, f"prepare coco: captions + images + negatives -> {stage1}")
-    result = run_generate(source, stage1, kinds=kinds, rules=rules, spacy_model=spacy_model,
-                          require_negative=require_negative,
-                          mode=mode, cap=cap, seed=seed, workers=workers, shard_size=shard_size,
-                          vocab_path=vocab, progress=progress, limit=limit, stop_after=stop_after,
-                          images=images, skip_missing=skip_missing,
-                          splits=split_list, select=_select(exclusion, one_caption_per_image))
+    options = GenerateOptions(kinds=kinds, rules=rules, spacy_model=spacy_model,
+                              require_negative=require_negative, mode=mode, cap=cap, seed=seed,
+                              workers=workers, shard_size=shard_size, vocab_path=vocab,
+                              progress=progress, limit=limit, images=images, skip_missing=skip_missing,
+                              splits=split_list, select=_select(exclusion, one_caption_per_image))
+    result = run_generate(source, stage1, options)
     if result["manifest"].get("complete") and "excluded" not in result["manifest"]:
         keys = exclusion_record(exclusion, source, split_list)
         result["manifest"] = update_manifest(stage1, **keys)
         _say(progress, f"prepare coco: {exclusion.summary(keys)}")
     _report(progress, stage1, result["manifest"])
-    if stop_after is not None or not knn:
+    if not knn:
         return result["manifest"]
     return _neighbours(stage1, out_dir, knn, scorer_factory, shard_size, progress, knn_options, base)
 

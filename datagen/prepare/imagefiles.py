@@ -18,11 +18,12 @@ from typing import Optional
 from PIL import Image
 
 from compclip.shardset.imageio import BadImage, decode_image, encode_image
+from compclip.errors import CompclipError
 
 SKIP_MISSING, SKIP_CORRUPT = "missing_image", "corrupt_image"
 
 
-class MissingImage(FileNotFoundError):
+class MissingImage(CompclipError, FileNotFoundError):
     """An image file that is not there (or unreadable); the message names it and its item."""
 
     def __str__(self) -> str:  # FileNotFoundError would print errno fields instead

@@ -66,13 +66,14 @@ from datagen.prepare.imagefiles import (SKIP_CORRUPT, SKIP_MISSING, ImageFiles, 
                                         image_bytes)
 from compclip.shardset.schema import SUBKINDS, Negative, Partner, SchemaError, ShardSample
 from compclip.shardset.shards import ShardSetWriter, grouped, pin_inputs, summed_counts
+from compclip.errors import CompclipError
 
 REQUIRED = ("image_id", "caption", "negative_caption")
 LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"  # how a git-lfs pointer file starts
 STATS_FILE = "prepare_stats.json"
 
 
-class RowError(ValueError):
+class RowError(CompclipError, ValueError):
     """A dataset row that cannot be written; the message names the dataset and row."""
 
 
@@ -240,15 +241,13 @@ def prepare_trohn(dataset: Any, out_dir: str | Path, images_root: str | Path, *,
                   group: Optional[bool] = None, label: str = "auto", skip_missing: bool = False,
                   max_side: Optional[int] = None, shard_size: int = 10_000,
                   max_bytes: int = 1 << 30, limit: Optional[int] = None, chunk: int = 512,
-                  progress: bool = True, stop_after: Optional[int] = None,
-                  labeller=None, seed: int = 0,
+                  progress: bool = True, labeller=None, seed: int = 0,
                   benchmarks_root: Optional[str | Path] = DEFAULT_BENCHMARKS_ROOT,
                   keep_benchmark_images: bool = False, karpathy_ref: Optional[str | Path] = None,
                   val2017: Optional[str | Path] = None) -> dict[str, Any]:
     """Write TROHN-Text or TROHN-Img rows as a shard set; returns the manifest.
 
-    `stop_after` stops after that many units of this run without closing the set, as a kill
-    would (for tests of resume); `labeller` replaces `PairLabeller()` (for tests).
+    `labeller` replaces `PairLabeller()` (for tests).
     """
     import datasets
     ds, files = load_rows(dataset, split, revision)
@@ -289,15 +288,14 @@ def prepare_trohn(dataset: Any, out_dir: str | Path, images_root: str | Path, *,
     if progress:
         print(f"prepare trohn: {exclusion.summary(excluded)}", file=sys.stderr)
     done = writer.inputs_done
-    stop = total if stop_after is None else min(total, done + stop_after)
     run: Counter[str] = Counter()  # this run's counts; the writer keeps each shard's (`_count`)
     bar = _progress(progress, done, total, f"trohn-{flavour}")
     prefix = f"trohn{flavour}"
     t0 = time.perf_counter()
     try:
-        for start in range(done, stop, chunk):
+        for start in range(done, total, chunk):
             unit_rows = [units.rows(int(positions[p]))
-                         for p in range(start, min(start + chunk, stop))]
+                         for p in range(start, min(start + chunk, total))]
             flat = [r for rows in unit_rows for r in rows]
             batch = ds[flat]
             records = {r: {c: batch[c][i] for c in batch} for i, r in enumerate(flat)}
@@ -314,9 +312,6 @@ def prepare_trohn(dataset: Any, out_dir: str | Path, images_root: str | Path, *,
         if bar is not None:
             bar.close()
     seconds = round(time.perf_counter() - t0, 3)
-    if stop < total:  # simulated kill
-        writer.__exit__(RuntimeError, RuntimeError("stopped"), None)
-        return writer.manifest
     manifest = writer.close()
     whole, unrecorded = summed_counts(manifest)
     stats = {"units": whole["units"], "samples": whole["samples"],

@@ -21,6 +21,7 @@ import random
 import re
 from dataclasses import dataclass, replace
 
+from compclip.errors import CompclipError
 from datagen.world.scene import Obj, Rel, Scene
 from datagen.world.vocab import (ARTICLES, COLOURS, INVERSE, RELATION_PHRASES, SHAPES, SIZE_WORDS,
                                  article)
@@ -29,7 +30,7 @@ TEMPLATES = ("plain", "copula", "there")
 _SYNONYMS = ({"small": "small", "large": "large"}, {"small": "little", "large": "big"})
 
 
-class ParseError(ValueError):
+class ParseError(CompclipError, ValueError):
     """A caption outside the grammar; the message names the caption and the unreadable part."""
 
     def __init__(self, caption: str, position: int, expected: str, tokens: list[str]):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from datagen.world.scene import Obj, Scene
 from datagen.world.vocab import COLOURS, INVERSE, RELATIONS, SIZE_RADIUS
+from compclip.errors import CompclipError
 
 MARGIN = 0.12  # minimum centre separation along a relation's axis, as a fraction of the side
 SLOPE = 0.5  # maximum |off-axis| / |on-axis| separation for a relation to hold
@@ -22,7 +23,7 @@ GAP = 0.02  # minimum free space between two objects' bounding circles
 COLOUR_JITTER = 18  # +- per RGB channel
 
 
-class PlacementError(ValueError):
+class PlacementError(CompclipError, ValueError):
     """A scene whose relations cannot all hold at once in the image (e.g. contradictory)."""
 
 

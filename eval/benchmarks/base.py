@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
+from compclip.errors import CompclipError, DataError
 from eval.cache import EmbeddingCache, as_cache
 
 
@@ -111,7 +112,7 @@ def _state(problems: list) -> str:
             frozenset({True, False}): "missing, changed or unreadable"}.get(frozenset(found), "missing")
 
 
-class MissingData(FileNotFoundError, ValueError):
+class MissingData(CompclipError, FileNotFoundError, ValueError):
     """Benchmark files are missing or changed; the message lists every problem and how to fix it.
 
     `problems` holds the `Problem`s (or plain lines); one message covers every benchmark asked
@@ -137,8 +138,8 @@ class MissingData(FileNotFoundError, ValueError):
         return self.args[0]
 
 
-class DataError(ValueError):
-    """A benchmark file is present but malformed (the message names file, key and sample)."""
+# a benchmark file that is present but malformed raises `DataError` (compclip.errors); the
+# message names file, key and sample
 
 
 def read_text(path) -> str:

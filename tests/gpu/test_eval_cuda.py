@@ -1,5 +1,5 @@
 """Eval scoring on CUDA gives what it gives on the CPU: every benchmark of the synthetic fixture
-(`eval.synthetic.make_data_root`, real on-disk formats) scored by one random `tiny-vit-64` on both
+(`tests.fixtures.eval_data.make_data_root`, real on-disk formats) scored by one random `tiny-vit-64` on both
 devices, fp32 (TF32 off, tests/gpu/conftest.py), and the bf16 scorer on CUDA close to fp32. ARO and
 left-right tag captions with spaCy: left out where spaCy is not installed (a bare GPU image).
 
@@ -14,7 +14,7 @@ import torch
 from eval.api import run
 from eval.registry import list_benchmarks
 from eval.scorer import OpenClipScorer, Scorer
-from eval.synthetic import make_data_root
+from tests.fixtures.eval_data import make_data_root
 
 ZS = {"zeroshot": {"datasets": ["cifar10", "cifar100"]}}
 NEED_SPACY = {"aro", "left_right"}

@@ -31,7 +31,7 @@ checkpoint: {{keep_last: 1}}
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
-    from trainer.fixtures import write_fixture_shards
+    from tests.fixtures.trainer_data import write_fixture_shards
     return write_fixture_shards(tmp_path_factory.mktemp("gpu") / "nn", n=256, per_shard=64, neighbours=3)
 
 
