@@ -49,7 +49,7 @@ def load_nlp(model: str):
     tagger, parser (noun chunks) and attribute_ruler (POS); ner and the lemmatizer, which no
     swap reads, are left out."""
     if model not in _NLP_CACHE:
-        from datagen.negatives.rules import import_spacy
+        from compclip.compat.spacy import import_spacy
         _NLP_CACHE[model] = import_spacy().load(model, exclude=["ner", "lemmatizer"])
     return _NLP_CACHE[model]
 
