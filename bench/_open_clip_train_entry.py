@@ -13,7 +13,7 @@ if sys.path and Path(sys.path[0]).resolve() == ROOT / "bench":
     sys.path.pop(0)
 sys.path.insert(0, str(ROOT))
 
-import models.registry  # noqa: E402,F401  (registers tiny-vit-64 & co. into open_clip)
+import compclip.models.registry  # noqa: E402,F401  (registers tiny-vit-64 & co. into open_clip)
 from open_clip_train.main import main  # noqa: E402
 
 if __name__ == "__main__":

@@ -36,14 +36,14 @@ sys.path.insert(1, str(ROOT / "launch"))
 import torch  # noqa: E402
 
 from bench.common import RESULTS_DIR, log, write_result  # noqa: E402
-from datagen.world.benchmarks import BenchSizes, write_benchmarks  # noqa: E402
-from datagen.world.scene import Scene  # noqa: E402
-from datagen.world.splits import Split  # noqa: E402
-from datagen.world.vocab import COLOURS, SHAPES  # noqa: E402
+from compclip.datagen.world.benchmarks import BenchSizes, write_benchmarks  # noqa: E402
+from compclip.datagen.world.scene import Scene  # noqa: E402
+from compclip.datagen.world.splits import Split  # noqa: E402
+from compclip.datagen.world.vocab import COLOURS, SHAPES  # noqa: E402
 from demo import FINETUNES, METRICS, summarise_metrics, tables  # noqa: E402  (launch/demo.py)
-from eval.api import evaluate  # noqa: E402
-from eval.scorer import OpenClipScorer  # noqa: E402
-from models import latest_checkpoint, load_model  # noqa: E402
+from compclip.eval.api import evaluate  # noqa: E402
+from compclip.eval.scorer import OpenClipScorer  # noqa: E402
+from compclip.models import latest_checkpoint, load_model  # noqa: E402
 
 BENCHMARKS = ["visla", "sugarcrepe", "bivlc", "aro"]
 MODELS = ("demo_pretrain",) + FINETUNES

@@ -36,11 +36,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from bench.common import log, summarize, write_result  # noqa: E402
-from eval.api import run  # noqa: E402
-from eval.cache import EmbeddingCache  # noqa: E402
-from eval.registry import list_benchmarks  # noqa: E402
-from eval.scorer import OpenClipScorer, Scorer  # noqa: E402
-from models import load_model  # noqa: E402
+from compclip.eval.api import run  # noqa: E402
+from compclip.eval.cache import EmbeddingCache  # noqa: E402
+from compclip.eval.registry import list_benchmarks  # noqa: E402
+from compclip.eval.scorer import OpenClipScorer, Scorer  # noqa: E402
+from compclip.models import load_model  # noqa: E402
 
 OPTIONS = {"zeroshot": {"datasets": ["cifar10", "cifar100"]}}
 QUICK_OPTIONS = {"zeroshot": {"datasets": ["cifar10"]}}
@@ -162,7 +162,7 @@ def main() -> None:
                    for c in once)
     real = {}
     if args.real_root:
-        from eval.scorer import SentenceTransformerScorer
+        from compclip.eval.scorer import SentenceTransformerScorer
         minilm = SentenceTransformerScorer.minilm()
         for name in ("visla", "sugarcrepe_pp"):
             t0 = time.perf_counter()

@@ -132,9 +132,9 @@ def run_theirs(tmp: Path, csv_path: Path, rep: int, args, env: dict) -> dict:
 def data_only(shards: Path, partner: str, negs: int, args, batches: int) -> dict:
     """Anchors/s of our data path alone: the trainer's loader (same workers, draft decoding at the
     model's input size, pinned memory), batches of B anchors in the shape, no model."""
-    from models import load_model
-    from trainer.compose import Composer
-    from trainer.data import ShardStream, make_loader, resolve_sources
+    from compclip.models import load_model
+    from compclip.trainer.compose import Composer
+    from compclip.trainer.data import ShardStream, make_loader, resolve_sources
     loaded = load_model(args.gpu_arch)
     size = loaded.model.visual.image_size
     size = size[0] if isinstance(size, (tuple, list)) else size
@@ -157,10 +157,10 @@ def step_only(args, steps: int) -> dict:
     """Anchors/s of forward + backward + AdamW (fused, the trainer's default; and foreach) in bf16
     autocast on random batches of the plain and NegCLIP-style shapes, COCO caption lengths."""
     import torch
-    from models import load_model
-    from trainer.loss import ContrastiveLoss, Layout
-    from trainer.optim import build_optimizer
-    from trainer.recipe import OptimConfig
+    from compclip.models import load_model
+    from compclip.trainer.loss import ContrastiveLoss, Layout
+    from compclip.trainer.optim import build_optimizer
+    from compclip.trainer.recipe import OptimConfig
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
     loaded = load_model(args.gpu_arch, device=device)

@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.common import RESULTS_DIR, log, ratio_stat, summarize, write_result  # noqa: E402
-from datagen.images.knn import EXTRA, BlasFlatIP, Embeddings, find_neighbours  # noqa: E402
+from compclip.datagen.images.knn import EXTRA, BlasFlatIP, Embeddings, find_neighbours  # noqa: E402
 
 
 def clustered(n: int, d: int, seed: int = 0, noise: float = 1.5, chunk: int = 100_000) -> np.ndarray:
@@ -166,11 +166,11 @@ def bench_embed(n: int, workers: list[int], reps: int) -> dict:
     preprocess before a mean-pool stand-in for the tower (the loader's share alone)."""
     import open_clip
     import torch
-    from datagen.images.knn import embed_shard_set
+    from compclip.datagen.images.knn import embed_shard_set
     from compclip.shardset.schema import ShardSample
     from compclip.shardset.shards import ShardSetWriter
-    from eval.scorer import OpenClipScorer
-    from models import load_model
+    from compclip.eval.scorer import OpenClipScorer
+    from compclip.models import load_model
     torch.manual_seed(0)
     scorers = {"micro-vit-32": OpenClipScorer.from_loaded(load_model("micro-vit-32"), batch_size=64),
                "loader_224px": _PoolEncoder(open_clip.image_transform(224, is_train=False), "pool224")}
@@ -216,7 +216,7 @@ def bench_approx(n: int, d: int, k: int, nprobes: list[int], factory: str | None
 
 
 def bench_stitch(n: int, reps: int) -> dict:
-    from datagen.images.stitch import write_stitched
+    from compclip.datagen.images.stitch import write_stitched
     rates = []
     with tempfile.TemporaryDirectory() as tmp:
         bank = Path(tmp) / "bank"
@@ -230,9 +230,9 @@ def bench_stitch(n: int, reps: int) -> dict:
 
 def _object_bank(bank: Path) -> str:
     try:
-        from datagen.world import write_object_bank
+        from compclip.datagen.world import write_object_bank
         write_object_bank(bank, 96, 0)
-        return "datagen.world"
+        return "compclip.datagen.world"
     except (ImportError, AttributeError):
         from PIL import Image, ImageDraw
         bank.mkdir(parents=True)
@@ -246,7 +246,7 @@ def _object_bank(bank: Path) -> str:
 def _world_captions(n: int) -> list[str]:
     try:
         import random
-        from datagen.world import describe, random_scene
+        from compclip.datagen.world import describe, random_scene
         rng = random.Random(0)
         return [describe(random_scene(rng)) for _ in range(n)]
     except ImportError:
@@ -254,7 +254,7 @@ def _world_captions(n: int) -> list[str]:
 
 
 def bench_generate(n: int, diffusers_size: int, steps: int, reps: int) -> dict:
-    from datagen.images.genimages import DiffusersBackend, RendererBackend, caption_seed, tiny_pipeline
+    from compclip.datagen.images.genimages import DiffusersBackend, RendererBackend, caption_seed, tiny_pipeline
     out = {}
     captions = _world_captions(n)
     seeds = [caption_seed(0, i, 0) for i in range(n)]

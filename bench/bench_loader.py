@@ -96,7 +96,7 @@ def write_sets(tmp: Path, n: int, distinct: int) -> dict:
 
 
 def recipe_for(layout: str, sets: dict, batch: int, draft: bool):
-    from trainer.recipe import validate_recipe
+    from compclip.trainer.recipe import validate_recipe
     partner, negs, _, _ = LAYOUTS[layout]
     data = {"train_shards": [str(sets[partner])], "samples_per_epoch": 100_000, "batch_size": batch,
             "workers": 1, "shuffle_buffer": 64, "partner": partner, "jpeg_draft": draft}
@@ -110,8 +110,8 @@ def recipe_for(layout: str, sets: dict, batch: int, draft: bool):
 
 def make_stream(layout: str, sets: dict, batch: int, draft: bool, uint8: bool, loaded):
     """The trainer's training stream for a layout; float rows put open_clip's whole transform back."""
-    from trainer.data import resolve_sources
-    from trainer.streams import train_stream
+    from compclip.trainer.data import resolve_sources
+    from compclip.trainer.streams import train_stream
     recipe = recipe_for(layout, sets, batch, draft)
     stream = train_stream(recipe, resolve_sources(recipe.data.train_shards), loaded, 0, 1, False)
     if not uint8:
@@ -124,7 +124,7 @@ def make_stream(layout: str, sets: dict, batch: int, draft: bool, uint8: bool, l
 def measure(layout: str, sets: dict, args, draft: bool, uint8: bool, loaded) -> dict:
     """(anchors/s through a 1-worker DataLoader, anchors per CPU-second in this process)."""
     import torch
-    from trainer.data import make_loader
+    from compclip.trainer.data import make_loader
     batches = iter(make_loader(make_stream(layout, sets, args.batch, draft, uint8, loaded), 1, 0))
     for _ in range(args.warmup):
         batch, _ = next(batches)
@@ -164,7 +164,7 @@ def main() -> None:
     if args.quick:
         args.batches, args.warmup, args.reps, args.samples, args.distinct = 2, 1, 1, 96, 8
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from models import load_model
+    from compclip.models import load_model
     loaded = load_model(ARCH)
     rows = [(layout, draft, uint8) for layout in args.layouts for draft in (True, False) for uint8 in (True, False)]
     runs: dict[str, list[dict]] = {}

@@ -56,11 +56,11 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.common import log, summarize, timed, write_result  # noqa: E402
-from datagen.negatives.audit import sugarcrepe_captions  # noqa: E402
-from datagen.negatives.base import Coverage  # noqa: E402
-from datagen.negatives.rules import RuleNegativeGenerator, load_nlp, select_kinds  # noqa: E402
-from datagen.negatives.text import view  # noqa: E402
-from datagen.negatives.vocab import Vocabulary  # noqa: E402
+from compclip.datagen.negatives.audit import sugarcrepe_captions  # noqa: E402
+from compclip.datagen.negatives.base import Coverage  # noqa: E402
+from compclip.datagen.negatives.rules import RuleNegativeGenerator, load_nlp, select_kinds  # noqa: E402
+from compclip.datagen.negatives.text import view  # noqa: E402
+from compclip.datagen.negatives.vocab import Vocabulary  # noqa: E402
 
 KINDS = ["swap", "replace", "add"]
 GOAL = 1000.0
@@ -71,7 +71,7 @@ FOREIGN = ROOT / "tests" / "data" / "negatives_foreign_captions.tsv"
 
 def language_check(english: list[str]) -> dict:
     """Precision / recall of `skip_reason(...) == "non_english"` on English + foreign captions."""
-    from datagen.negatives.text import skip_reason
+    from compclip.datagen.negatives.text import skip_reason
     with open(FOREIGN, encoding="utf-8") as f:
         foreign = list(csv.DictReader(f, delimiter="\t"))
     flagged_en = sum(skip_reason(c) == "non_english" for c in english)
@@ -114,7 +114,7 @@ def whole_command(runs, record, corpus: list[str], count: int, tmp: Path, rep: i
             out = tmp / f"{prefix}{name}-{rep}"
             paths = ["--src", str(src), "--out", str(out)] if root == here else [str(src), str(out)]
             t0, c0 = time.perf_counter(), children_cpu()
-            done = subprocess.run([sys.executable, "-m", "datagen.negatives", "generate", *paths,
+            done = subprocess.run([sys.executable, "-m", "compclip.datagen.negatives", "generate", *paths,
                                    "--workers", "1", "--quiet", *extra], capture_output=True, text=True,
                                   cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
             wall, cpu = time.perf_counter() - t0, children_cpu() - c0
@@ -244,7 +244,7 @@ def main() -> None:
             f"{n / runs['end_to_end:all'][-1]['cpu_s']:.0f} captions per CPU s, with the LM filter "
             f"{n / runs['end_to_end_lm:all'][-1]['cpu_s']:.0f}")
         if args.workers:
-            from datagen.negatives.pipeline import GenerateOptions, run_generate
+            from compclip.datagen.negatives.pipeline import GenerateOptions, run_generate
             vocab.to_json(Path(tmp.name) / "vocab.json")
             for workers in args.workers:
                 out_dir = Path(tmp.name) / f"out{workers}-{rep}"

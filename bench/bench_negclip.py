@@ -66,7 +66,7 @@ def whole_command(captions: list[str]) -> dict:
         src = Path(tmp) / "captions.csv"
         src.write_text("filepath,caption\n" + "".join(f'img{i}.jpg,"{c.replace(chr(34), chr(39))}"\n'
                                                       for i, c in enumerate(captions)))
-        cmd = [sys.executable, "-m", "datagen", "negatives", "generate", "--rules", "negclip", "--mode",
+        cmd = [sys.executable, "-m", "compclip.datagen", "negatives", "generate", "--rules", "negclip", "--mode",
                "all", "--cap", "64", "--src", str(src), "--out", str(Path(tmp) / "out"), "--quiet"]
         t0 = time.perf_counter()
         stats = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout)
@@ -81,8 +81,8 @@ def main() -> None:
     parser.add_argument("--sugarcrepe", default=str(ROOT.parent / "shared" / "benchmarks" / "sugarcrepe"))
     parser.add_argument("--out", default=None, help="results file (default bench/results/negclip_negatives.json)")
     args = parser.parse_args()
-    from datagen.negatives.audit import sugarcrepe_captions
-    from datagen.negatives.rules import RuleNegativeGenerator
+    from compclip.datagen.negatives.audit import sugarcrepe_captions
+    from compclip.datagen.negatives.rules import RuleNegativeGenerator
     captions = sugarcrepe_captions(args.sugarcrepe)
     result = {"corpus": f"SugarCrepe distinct positive captions ({len(captions)})"}
     for name, options in RUNS.items():

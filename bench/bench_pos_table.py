@@ -27,7 +27,7 @@ from bench.common import log, summarize, write_result  # noqa: E402
 
 
 def agreement(captions, docs, reference) -> dict:
-    from datagen.negatives.text import view
+    from compclip.datagen.negatives.text import view
     captions_differ, tokens_differ, tokens = 0, 0, 0
     triples: Counter = Counter()
     for doc, ref in zip(docs, reference):
@@ -54,10 +54,10 @@ def main(argv=None) -> None:
     from thinc.api import use_ops
 
     from compclip.compat.spacy import BARE_TOKENIZER, import_spacy
-    from datagen.negatives.audit import sugarcrepe_captions
-    from datagen.negatives.base import SPACY_MODEL
-    from datagen.negatives.rules import load_nlp
-    from datagen.negatives.text import view
+    from compclip.datagen.negatives.audit import sugarcrepe_captions
+    from compclip.datagen.negatives.base import SPACY_MODEL
+    from compclip.datagen.negatives.rules import load_nlp
+    from compclip.datagen.negatives.text import view
     captions = sugarcrepe_captions(args.sugarcrepe)
     nlp = load_nlp()
     spacy = import_spacy()

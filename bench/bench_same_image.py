@@ -121,7 +121,7 @@ class ImageIdComposer:
 def stream_image_ids(shard_set: Path, batches: int, batch: int = 256, buffer: int = 2000,
                      workers: int = 1, seed: int = 0) -> list[list]:
     """Batches of (source, image_id) as the trainer's resampled streams deliver them."""
-    from trainer.data import ShardStream, make_loader, resolve_sources
+    from compclip.trainer.data import ShardStream, make_loader, resolve_sources
     stream = ShardStream(resolve_sources([str(shard_set)]), None, ImageIdComposer(batch), seed=seed,
                          rank=0, world_size=1, batches_per_epoch=batches, num_streams=max(1, workers),
                          shuffle_buffer=buffer, max_bad_fraction=0.0)
@@ -131,9 +131,9 @@ def stream_image_ids(shard_set: Path, batches: int, batch: int = 256, buffer: in
 
 def exact_image_ids(shard_set: Path, batches: int, batch: int = 256, seed: int = 0) -> list[list]:
     """Batches of (source, image_id) as the trainer's exact-pass epochs deliver them."""
-    from trainer.data import make_loader, resolve_sources
-    from trainer.exact import ExactStream
-    from trainer.sample_index import SampleIndex
+    from compclip.trainer.data import make_loader, resolve_sources
+    from compclip.trainer.exact import ExactStream
+    from compclip.trainer.sample_index import SampleIndex
     sources = resolve_sources([str(shard_set)])
     stream = ExactStream(sources, [SampleIndex.load(shard_set)], ImageIdComposer(batch), seed, 0, 1, 1, 0.0)
     stream.batches_per_epoch = min(batches, stream.available_batches)
@@ -144,8 +144,8 @@ def unmasked_same_image_pairs(batches_of_image_ids: Iterable[Sequence[Any]]) -> 
     """Same-image anchor pairs left as negatives by the loss's false-negative mask (both
     directions, image->text and text->image), over all batches."""
     import torch
-    from trainer.compose import stable_id
-    from trainer.loss import Layout, same_image
+    from compclip.trainer.compose import stable_id
+    from compclip.trainer.loss import Layout, same_image
     left = 0
     for ids in batches_of_image_ids:
         n = len(ids)

@@ -133,8 +133,8 @@ def encoder_flops(arch: str = ARCH, batch: int = 32) -> dict:
     FLOP ratio per anchor of each shape for both; and the FLOPs of a whole train step per shape."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
-    from models import load_model
-    from trainer.loss import ContrastiveLoss, Layout
+    from compclip.models import load_model
+    from compclip.trainer.loss import ContrastiveLoss, Layout
     loaded = load_model(arch)
     model = loaded.model
     size = model.visual.image_size
@@ -210,7 +210,7 @@ def _random_batch(batch: int, n_img: float, n_txt: float, size: int, ctx: int, t
     negatives owned round-robin by the anchors. Texts: tokenised COCO captions when `pairs` are
     given (their real lengths, so trimming acts as in training), else random full-context ids."""
     import torch
-    from trainer.batch import Batch
+    from compclip.trainer.batch import Batch
     p = round((n_img - 1) * batch)
     h = round(n_txt * batch) - batch - p
     n_texts = batch + p + h
@@ -225,8 +225,8 @@ def _random_batch(batch: int, n_img: float, n_txt: float, size: int, ctx: int, t
 
 def trainer_optimizer(model):
     """The optimizer the trainer builds (trainer/optim.py), so step-only matches whole runs."""
-    from trainer.optim import build_optimizer
-    from trainer.recipe import OptimConfig
+    from compclip.trainer.optim import build_optimizer
+    from compclip.trainer.recipe import OptimConfig
     return build_optimizer(model, OptimConfig(lr=1e-5))
 
 
@@ -234,8 +234,8 @@ def step_only(rounds: int, steps: int, batch: int, threads: int) -> dict:
     """Forward + backward + AdamW on random tensors in each shape, shapes interleaved per round
     (load drift hits all alike), one process; anchors/s per round and cost per round."""
     import torch
-    from models import load_model
-    from trainer.loss import ContrastiveLoss, Layout
+    from compclip.models import load_model
+    from compclip.trainer.loss import ContrastiveLoss, Layout
     torch.set_num_threads(threads)
     loaded = load_model(ARCH)
     model, pairs = loaded.model, coco_captions()
@@ -269,8 +269,8 @@ def ddp_step_worker(steps: int, batch: int) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
-    from models import load_model
-    from trainer.loss import ContrastiveLoss, Layout
+    from compclip.models import load_model
+    from compclip.trainer.loss import ContrastiveLoss, Layout
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     loaded = load_model(ARCH)
@@ -337,9 +337,9 @@ def compose_cost(sets: dict, batch: int, reps: int) -> dict:
     """CPU ms per anchor of the data path alone (shard read, decode, augment, partner, negatives,
     tokenise, collate) for each shape, in this process: what a data-loader worker spends."""
     import torch
-    from models import load_model
-    from trainer.compose import Composer
-    from trainer.data import ShardStream, resolve_sources
+    from compclip.models import load_model
+    from compclip.trainer.compose import Composer
+    from compclip.trainer.data import ShardStream, resolve_sources
     torch.set_num_threads(1)
     loaded = load_model(ARCH)
     shapes = [name for name in SHAPES if name != "leftright"]  # a mix of two sources: whole runs only

@@ -29,11 +29,11 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.common import log, summarize, write_result  # noqa: E402
-from datagen.world.cli import build  # noqa: E402
-from datagen.world.render import encode, render_scene  # noqa: E402
-from datagen.world.scene import random_scene  # noqa: E402
-from datagen.world.shards import make_sample  # noqa: E402
-from datagen.world.splits import Split  # noqa: E402
+from compclip.datagen.world.cli import build  # noqa: E402
+from compclip.datagen.world.render import encode, render_scene  # noqa: E402
+from compclip.datagen.world.scene import random_scene  # noqa: E402
+from compclip.datagen.world.shards import make_sample  # noqa: E402
+from compclip.datagen.world.splits import Split  # noqa: E402
 
 
 def timed(fn) -> tuple[float, float]:

@@ -32,14 +32,14 @@ import sys
 from typing import Optional, Sequence
 
 from compclip.cli import add_subparsers, exit_program, make_parser, run
-from datagen import shuffle_cli
-from datagen.cliargs import summary
-from datagen.images import cli as images_cli
-from datagen.prepare import cli as prepare_cli
+from compclip.datagen import shuffle_cli
+from compclip.datagen.cliargs import summary
+from compclip.datagen.images import cli as images_cli
+from compclip.datagen.prepare import cli as prepare_cli
 
-DELEGATED = {"negatives": ("datagen.negatives.__main__", "hard-negative captions for captions "
+DELEGATED = {"negatives": ("compclip.datagen.negatives.__main__", "hard-negative captions for captions "
                            "files or shard sets (python -m datagen negatives --help)"),
-             "world": ("datagen.world.cli", "the synthetic world: build its data, render a "
+             "world": ("compclip.datagen.world.cli", "the synthetic world: build its data, render a "
                        "caption (python -m datagen world --help)")}
 
 

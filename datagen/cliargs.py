@@ -78,7 +78,7 @@ def check_model(args) -> None:
     after the cheap checks, before any other work."""
     import open_clip
 
-    from models.load import resolve_model
+    from compclip.models.load import resolve_model
     args.arch, args.pretrained = resolve_model(args.arch, args.pretrained or None)
     if args.pretrained and not os.path.isfile(args.pretrained):
         try:  # the weights in the local cache, or fetched now rather than after the work
@@ -101,7 +101,7 @@ def pin(args, options: dict[str, Any], inputs: Sequence[Optional[str]] = (), fil
     """Before the first write into `out` (default `args.out`): take its lock (`datagen.outlock`,
     held until the command ends), then record `options` and the fingerprints of `inputs` (paths;
     None is left out) or refuse a rerun with other ones (`compclip.shardset.shards.pin_options`)."""
-    from datagen.outlock import hold
+    from compclip.datagen.outlock import hold
     from compclip.shardset.shards import pin_options
     out = out or args.out
     check_out(out)
@@ -118,8 +118,8 @@ def model_options(args) -> dict[str, Any]:
 
 
 def load_scorer(args):
-    from models import load_model
-    from models.encode import OpenClipEncoder
+    from compclip.models import load_model
+    from compclip.models.encode import OpenClipEncoder
     loaded = load_model(args.arch, args.pretrained or None, device=args.device)
     return OpenClipEncoder.from_loaded(loaded, batch_size=args.batch_size, device=args.device)
 

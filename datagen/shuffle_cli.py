@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from compclip.cli import deprecated
-from datagen.cliargs import abs_path, check_shard_set, pin, positive_int, shard_args, shard_options
+from compclip.datagen.cliargs import abs_path, check_shard_set, pin, positive_int, shard_args, shard_options
 
 
 def cmd_shuffle(args) -> dict:

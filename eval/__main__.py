@@ -1,6 +1,6 @@
 """`python -m eval`: see `eval.cli`."""
 import sys
 
-from eval.cli import main
+from compclip.eval.cli import main
 
 sys.exit(main())

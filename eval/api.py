@@ -1,6 +1,6 @@
 """Python entry points: score a scorer on named benchmarks; write reports.
 
-    from eval.api import evaluate
+    from compclip.eval.api import evaluate
     metrics = evaluate(OpenClipScorer.from_loaded(loaded), ["sugarcrepe", "visla"], "data/")
     # {"sugarcrepe/macro": 0.73, "visla/generic/i2t": 0.41, ...}
 
@@ -29,9 +29,9 @@ from dataclasses import replace
 from typing import Optional
 
 from compclip.cli import InputError
-from eval.benchmarks.base import BenchmarkResult, DataError, MissingData, Problem
-from eval.cache import EmbeddingCache
-from eval.registry import get_benchmark, list_benchmarks
+from compclip.eval.benchmarks.base import BenchmarkResult, DataError, MissingData, Problem
+from compclip.eval.cache import EmbeddingCache
+from compclip.eval.registry import get_benchmark, list_benchmarks
 
 __all__ = ["MissingData", "UnknownBenchmark", "check_data", "evaluate", "flatten", "missing_data", "run",
            "validate_names"]

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from compclip.cli import progress as progress_bar
 
-from eval.scorer import TextScorer
+from compclip.eval.scorer import TextScorer
 
 
 class EmbeddingCache:
@@ -49,7 +49,7 @@ class EmbeddingCache:
 
     @property
     def dtype(self) -> torch.dtype:
-        from eval.precision import dtype_of
+        from compclip.eval.precision import dtype_of
         return dtype_of(self.precision)
 
     @property

@@ -53,7 +53,7 @@ def _model_args(args) -> list[tuple[str | None, str | None]]:
         models = [None] * len(pretrained)
     pretrained = pretrained or [None] * len(models)
     out = []
-    from models import resolve_model
+    from compclip.models import resolve_model
     for arch, tag in zip(models, pretrained):
         tag = None if tag in (None, "none", "") else tag
         out.append(resolve_model(arch, tag))
@@ -61,9 +61,9 @@ def _model_args(args) -> list[tuple[str | None, str | None]]:
 
 
 def _scorers(args, checked: list[tuple[str, str | None]]):
-    from eval.scorer import OpenClipScorer, SentenceTransformerScorer
-    from eval.weights import check_model
-    from models import load_model
+    from compclip.eval.scorer import OpenClipScorer, SentenceTransformerScorer
+    from compclip.eval.weights import check_model
+    from compclip.models import load_model
     labels = args.label or []
     for i, (arch, tag) in enumerate(checked):
         loaded = load_model(arch, tag, lineage=args.lineage, device=args.device)
@@ -80,7 +80,7 @@ def _scorers(args, checked: list[tuple[str, str | None]]):
 
 def _check_weights(checked: list[tuple[str, str | None]]) -> None:
     """Every checkpoint file's weights finite (`eval.weights`), before any model is loaded."""
-    from eval.weights import check_file
+    from compclip.eval.weights import check_file
     for _, tag in checked:
         if tag and os.path.isfile(tag):
             check_file(tag)
@@ -125,7 +125,7 @@ def _options(text: str | None) -> dict:
 
 
 def cmd_score(args) -> int:
-    from eval.api import check_data, flatten, run as run_benchmarks, validate_names
+    from compclip.eval.api import check_data, flatten, run as run_benchmarks, validate_names
     if not (args.model or args.pretrained or args.text_model):
         raise InputError("give at least one --pretrained (with or without --model) or --text-model")
     check_device(args.device)
@@ -152,7 +152,7 @@ def cmd_score(args) -> int:
         for k, v in flatten(results[label]).items():
             print(f"{label}\t{k}\t{v:.4f}")
     if args.out:
-        from eval.report import write_reports
+        from compclip.eval.report import write_reports
         written = write_reports(results, args.out, per_instance=args.per_instance, plots=not args.no_plots)
         print(f"reports written to {args.out}: {', '.join(p.name for p in written.values())}")
     if failed:
@@ -165,7 +165,7 @@ def cmd_score(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from eval.registry import get_benchmark, list_benchmarks
+    from compclip.eval.registry import get_benchmark, list_benchmarks
     for name in list_benchmarks():
         cls = get_benchmark(name)
         doc = (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "-").strip().splitlines()[0]
@@ -174,7 +174,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_download(args) -> int:
-    from eval import download as dl
+    from compclip.eval import download as dl
     dl.QUIET = args.quiet
     benchmarks = list(args.benchmarks or [])
     if args.names:
@@ -239,7 +239,7 @@ def make_main_parser() -> argparse.ArgumentParser:
 
 
 def _call(args) -> int:
-    from eval.benchmarks.base import MissingData
+    from compclip.eval.benchmarks.base import MissingData
     try:
         return args.fn(args)
     except MissingData as e:  # one message listing every problem and the commands that fetch them

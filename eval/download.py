@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from compclip.cli import RunFault, one_line, progress
-from eval import checksums
-from eval.checksums import digest
+from compclip.eval import checksums
+from compclip.eval.checksums import digest
 from compclip.fileio import default_mode
 
 log = logging.getLogger(__name__)
@@ -77,8 +77,8 @@ def github(bench: str, path: str, dest: str) -> Source:
 
 
 def _sources() -> list[Source]:
-    from eval.benchmarks.sugarcrepe import SUBSETS as SC
-    from eval.benchmarks.sugarcrepe_pp import SUBSETS as SCPP
+    from compclip.eval.benchmarks.sugarcrepe import SUBSETS as SC
+    from compclip.eval.benchmarks.sugarcrepe_pp import SUBSETS as SCPP
     out = [github("visla", f"data/{f}", f"visla/{f}") for f in ("Generic_VISLA.tsv", "Spatial_VISLA.tsv")]
     out += [github("sugarcrepe", f"data/{s}.json", f"sugarcrepe/{s}.json") for s in SC]
     out += [github("sugarcrepe_pp", f"data/{s}.json", f"sugarcrepe_pp/{s}.json") for s in SCPP]
@@ -223,7 +223,7 @@ def _get_hf(src: Source, root: Path, force: bool) -> None:
 
 
 def sources_for(benchmarks: Iterable[str], images: bool) -> list[Source]:
-    from eval.registry import get_benchmark
+    from compclip.eval.registry import get_benchmark
     names = []
     for b in benchmarks:
         get_benchmark(b)  # unknown names fail here, with the list of known ones

@@ -1,6 +1,6 @@
 """timm-style benchmark registry: `@register_benchmark` on a class, look up by name.
 
-    from eval.registry import get_benchmark, list_benchmarks
+    from compclip.eval.registry import get_benchmark, list_benchmarks
     bench = get_benchmark("sugarcrepe").load("data/")
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ def register_benchmark(cls):
 
 
 def _ensure_loaded() -> None:
-    import eval.benchmarks  # noqa: F401  (each module registers its benchmark on import)
+    import compclip.eval.benchmarks  # noqa: F401  (each module registers its benchmark on import)
 
 
 def list_benchmarks() -> list[str]:

@@ -16,9 +16,9 @@ import math
 import re
 from pathlib import Path
 
-from eval.api import flatten
-from eval.benchmarks.base import BenchmarkResult
-from eval.registry import get_benchmark
+from compclip.eval.api import flatten
+from compclip.eval.benchmarks.base import BenchmarkResult
+from compclip.eval.registry import get_benchmark
 
 
 def slug(label: str) -> str:

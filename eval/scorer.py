@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import Tensor, nn
 
-from eval.precision import dtype_of, lowered_copy
-from models.encode import OpenClipEncoder
+from compclip.eval.precision import dtype_of, lowered_copy
+from compclip.models.encode import OpenClipEncoder
 
 
 class TextScorer(ABC):

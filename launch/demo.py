@@ -155,7 +155,7 @@ class Seed:
         if (self.world / "world.json").is_file():
             return
         log(f"seed {self.seed}: building the synthetic world")
-        self.run("world", [sys.executable, "-m", "datagen", "world", "build", "--out", str(self.world),
+        self.run("world", [sys.executable, "-m", "compclip.datagen", "world", "build", "--out", str(self.world),
                            "--seed", str(self.seed), "--negatives", "--partners", "all",
                            "--bench-scale", str(self.args.bench_scale), "--size", str(self.args.size)])
 
@@ -164,7 +164,7 @@ class Seed:
             return
         log(f"seed {self.seed}: training the base model (stand-in for pretrained CLIP weights)")
         self.run("demo_pretrain", self.train_cmd("demo_pretrain"))
-        from models.checkpoint import latest_checkpoint, sidecar_path
+        from compclip.models.checkpoint import latest_checkpoint, sidecar_path
         last = latest_checkpoint(self.runs / "demo_pretrain" / "checkpoints")
         shutil.copyfile(sidecar_path(last), sidecar_path(self.base))
         shutil.copyfile(last, self.base.with_suffix(".tmp"))
@@ -177,11 +177,11 @@ class Seed:
         if (out / "manifest.json").is_file() and json.loads((out / "manifest.json").read_text()).get("complete"):
             return
         log(f"seed {self.seed}: NegCLIP data: NegCLIP's swap negatives, then K=3 neighbours under the base model")
-        self.run("negatives_swap", [sys.executable, "-m", "datagen", "negatives", "generate",
+        self.run("negatives_swap", [sys.executable, "-m", "compclip.datagen", "negatives", "generate",
                                     "--src", str(self.world / "train"), "--out", str(swap),
                                     "--rules", "negclip", "--mode", "all", "--cap", "64",
                                     "--require-negative", "--seed", str(self.seed)])
-        self.run("knn", [sys.executable, "-m", "datagen", "knn", "--src", str(swap), "--out", str(out),
+        self.run("knn", [sys.executable, "-m", "compclip.datagen", "knn", "--src", str(swap), "--out", str(out),
                          "--k", "3", "--arch", self.args.arch, "--pretrained", str(self.base),
                          "--method", "exact"])
 
@@ -483,8 +483,8 @@ def start_metrics_main(argv: list[str]) -> int:
         print("usage: launch/demo.py start-metrics DIR -- RECIPE [key=value ...] [-- RECIPE ...]", file=sys.stderr)
         return 2
     sys.path.insert(0, str(ROOT))
-    from trainer.recipe import load_recipe
-    from trainer.train import Trainer, preflight
+    from compclip.trainer.recipe import load_recipe
+    from compclip.trainer.train import Trainer, preflight
     for group in groups:
         recipe = load_recipe(group[0], group[1:])
         if not recipe.data.val_fraction and not recipe.data.val_shards:
@@ -505,8 +505,8 @@ def start_metrics_main(argv: list[str]) -> int:
 def check_model_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """`--arch` and `--size` are checked before the world is built (one line, exit 2)."""
     from compclip.cli import InputError
-    from datagen.world.cli import MIN_SIZE
-    from models.load import resolve_model
+    from compclip.datagen.world.cli import MIN_SIZE
+    from compclip.models.load import resolve_model
     if args.size < MIN_SIZE:
         parser.error(f"--size {args.size}: images need at least {MIN_SIZE} pixels a side")
     try:

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     import torch
     from PIL import Image
-    from models.load import load_model
+    from compclip.models.load import load_model
     torch.set_num_threads(1)
     world = Path(args.world)
     samples = read_samples(world / ("train_mirrored" if args.probe == "pairs" else "train"), args.n)

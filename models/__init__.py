@@ -12,14 +12,14 @@ from __future__ import annotations
 import importlib
 
 _WHERE = {
-    "CheckpointMeta": "models.checkpoint", "latest_checkpoint": "models.checkpoint",
-    "read_meta": "models.checkpoint", "save_checkpoint": "models.checkpoint",
-    "resolve_checkpoint": "models.checkpoint", "CheckpointError": "models.checkpoint",
-    "CheckpointNotFound": "models.checkpoint",
-    "ActivationMismatch": "models.load", "ArchitectureMismatch": "models.load",
-    "CorruptCheckpoint": "models.load", "UnknownArchitecture": "models.load",
-    "LoadedModel": "models.load", "ModelInfo": "models.load", "load_model": "models.load",
-    "resolve_model": "models.load",
+    "CheckpointMeta": "compclip.models.checkpoint", "latest_checkpoint": "compclip.models.checkpoint",
+    "read_meta": "compclip.models.checkpoint", "save_checkpoint": "compclip.models.checkpoint",
+    "resolve_checkpoint": "compclip.models.checkpoint", "CheckpointError": "compclip.models.checkpoint",
+    "CheckpointNotFound": "compclip.models.checkpoint",
+    "ActivationMismatch": "compclip.models.load", "ArchitectureMismatch": "compclip.models.load",
+    "CorruptCheckpoint": "compclip.models.load", "UnknownArchitecture": "compclip.models.load",
+    "LoadedModel": "compclip.models.load", "ModelInfo": "compclip.models.load", "load_model": "compclip.models.load",
+    "resolve_model": "compclip.models.load",
 }
 __all__ = sorted(_WHERE)
 

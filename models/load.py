@@ -31,10 +31,10 @@ import open_clip
 import torch
 from torch import nn
 
-import models.registry  # noqa: F401  (registers the tiny architectures)
+from compclip.models import registry  # noqa: F401  (registers the tiny architectures)
 from compclip.cli import InputError
-from models.checkpoint import WEIGHT_SUFFIXES, CheckpointError, read_meta, resolve_checkpoint, sidecar_path
-from models.text_length import enable_text_trimming
+from compclip.models.checkpoint import WEIGHT_SUFFIXES, CheckpointError, read_meta, resolve_checkpoint, sidecar_path
+from compclip.models.text_length import enable_text_trimming
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ def resolve_model(arch: Optional[str], pretrained: Optional[str]) -> tuple[str, 
         raise InputError(f"no architecture given for weights '{pretrained or 'none'}'; give an open_clip "
                          "architecture (only a compclip checkpoint names its own)")
     if arch not in open_clip.list_models():
-        ours = ", ".join(models.registry.TINY_ARCHS)
+        ours = ", ".join(registry.TINY_ARCHS)
         close = difflib.get_close_matches(arch, open_clip.list_models(), n=3)
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise UnknownArchitecture(f"unknown architecture '{arch}'; {hint}ours: {ours}; "

@@ -14,11 +14,11 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from trainer import train  # noqa: E402
-from trainer.batch import Batch  # noqa: E402
-from trainer.data import resolve_sources  # noqa: E402
-from trainer.loss import Layout  # noqa: E402
-from trainer.recipe import load_recipe  # noqa: E402
+from compclip.trainer import train  # noqa: E402
+from compclip.trainer.batch import Batch  # noqa: E402
+from compclip.trainer.data import resolve_sources  # noqa: E402
+from compclip.trainer.loss import Layout  # noqa: E402
+from compclip.trainer.recipe import load_recipe  # noqa: E402
 
 N_SLICES = 2
 COLOURS = ["red", "green", "blue", "yellow", "white", "black"]

@@ -10,7 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.fixtures.faults import after_step, pause_until_stopped  # noqa: E402
-from trainer.train import main  # noqa: E402
+from compclip.trainer.train import main  # noqa: E402
 
 if __name__ == "__main__":
     after_step(int(sys.argv.pop(1)), pause_until_stopped)

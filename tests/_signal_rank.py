@@ -13,7 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.fixtures.faults import after_step  # noqa: E402
-from trainer.train import main  # noqa: E402
+from compclip.trainer.train import main  # noqa: E402
 
 
 def send_signal(step: int) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer import loop  # noqa: E402
-from trainer.train import main  # noqa: E402
+from compclip.trainer import loop  # noqa: E402
+from compclip.trainer.train import main  # noqa: E402
 
 if os.environ.get("RANK", "0") == "0":
     START = time.monotonic()

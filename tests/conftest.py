@@ -31,7 +31,7 @@ def shared_benchmarks() -> Path:
 def micro_model():
     """The smallest registered architecture, random weights, fixed seed."""
     import torch
-    from models import load_model
+    from compclip.models import load_model
     torch.manual_seed(0)
     return load_model("micro-vit-32")
 
@@ -40,8 +40,8 @@ def micro_model():
 def world_benchmark_root(tmp_path_factory) -> Path:
     """Every benchmark in its real on-disk format, written by the synthetic world (datagen/world):
     a few items per file (ARO attribution keeps one whole group of 25), 32 px images."""
-    from datagen.world.benchmarks import BenchSizes, write_benchmarks
-    from datagen.world.splits import Split
+    from compclip.datagen.world.benchmarks import BenchSizes, write_benchmarks
+    from compclip.datagen.world.splits import Split
     root = tmp_path_factory.mktemp("world_bench") / "benchmarks"
     write_benchmarks(root, Split.make(5), seed=5, size=32, sizes=BenchSizes().scaled(0.02), progress=False)
     return root

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from trainer.batch import Batch
+from compclip.trainer.batch import Batch
 
 
 def make(b=4, p=2, h=8, ctx=16, valid=None):

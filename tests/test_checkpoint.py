@@ -9,8 +9,8 @@ import open_clip
 import pytest
 import torch
 
-from models import CheckpointMeta, latest_checkpoint, load_model, read_meta, save_checkpoint
-from models.text_length import enable_text_trimming
+from compclip.models import CheckpointMeta, latest_checkpoint, load_model, read_meta, save_checkpoint
+from compclip.models.text_length import enable_text_trimming
 
 
 def test_round_trip_through_plain_open_clip(tmp_path, micro_model):
@@ -53,7 +53,7 @@ def test_failed_save_keeps_previous_latest(tmp_path, micro_model, monkeypatch):
 
 SAVER = """
 import sys, torch
-from models import CheckpointMeta, load_model, save_checkpoint
+from compclip.models import CheckpointMeta, load_model, save_checkpoint
 model = load_model("micro-vit-32").model
 meta = CheckpointMeta(arch="micro-vit-32", activation="gelu", lineage="none")
 step = 0
@@ -86,7 +86,7 @@ def test_sigkill_during_saves_never_leaves_a_torn_latest(tmp_path, repo_root):
 def test_a_checkpoint_may_be_given_as_run_folder_checkpoints_folder_or_pointer(tmp_path, micro_model):
     """`load_model` (so the trainer's model.pretrained, datagen knn --pretrained and eval) reads every
     form docs/cli.md names; a missing path or a run that saved nothing is one line naming it."""
-    from models import CheckpointNotFound, resolve_checkpoint
+    from compclip.models import CheckpointNotFound, resolve_checkpoint
     run = tmp_path / "runs" / "x"
     meta = CheckpointMeta(arch="micro-vit-32", activation="gelu", lineage="none")
     first = save_checkpoint(run / "checkpoints", "step-0000001", micro_model.model, meta, pointers=("latest", "best"))
@@ -109,7 +109,7 @@ def test_a_checkpoint_may_be_given_as_run_folder_checkpoints_folder_or_pointer(t
 
 
 def test_a_corrupt_checkpoint_is_named(tmp_path, micro_model):
-    from models import CorruptCheckpoint
+    from compclip.models import CorruptCheckpoint
     meta = CheckpointMeta(arch="micro-vit-32", activation="gelu", lineage="none")
     path = save_checkpoint(tmp_path, "step-0000001", micro_model.model, meta)
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])

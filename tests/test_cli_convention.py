@@ -8,11 +8,11 @@ from compclip.cli import HelpFormatter, Parser
 
 
 def _parsers():
-    from datagen.__main__ import build_parser as datagen
-    from datagen.negatives.__main__ import build_parser as negatives
-    from datagen.world.cli import build_parser as world
-    from eval.cli import make_main_parser as evaluation
-    from trainer.train import build_parser as trainer
+    from compclip.datagen.__main__ import build_parser as datagen
+    from compclip.datagen.negatives.__main__ import build_parser as negatives
+    from compclip.datagen.world.cli import build_parser as world
+    from compclip.eval.cli import make_main_parser as evaluation
+    from compclip.trainer.train import build_parser as trainer
     return {"trainer": trainer(), "datagen": datagen(), "negatives": negatives(), "world": world(),
             "eval": evaluation()}
 

@@ -12,7 +12,7 @@ import torch
 import compclip.compat as compat
 from compclip.compat import spacy as cspacy
 from compclip.compat import torch as ctorch
-from datagen.negatives.base import SPACY_MODEL
+from compclip.datagen.negatives.base import SPACY_MODEL
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTIONS = ["A man riding a horse on a beach.", "Two dogs are playing with a red ball in the park.",
@@ -75,7 +75,7 @@ def test_tagger_patched_and_plain_give_the_same_tags_and_pos(monkeypatch):
 
 def test_view_reads_spacys_pos_on_the_fallback_path(monkeypatch):
     """Outside the checked versions the ruler runs; `view` then reads the Doc's own POS."""
-    from datagen.negatives.text import view
+    from compclip.datagen.negatives.text import view
     unchecked(monkeypatch, cspacy)
     plain, _ = cspacy.load_tagger(SPACY_MODEL)
     doc = plain("A man is riding a horse.")
@@ -88,9 +88,9 @@ def test_pos_table_equals_spacys_attribute_ruler_on_every_sugarcrepe_caption(sha
     distinct SugarCrepe captions gets the same coarse POS. (Against the full pipeline, parser
     included, 288 of them differ, 6.6 %: the ruler's parse-dependent patterns, which no
     pipeline without the parser applies; compclip.compat.spacy.)"""
-    from datagen.negatives.audit import sugarcrepe_captions
-    from datagen.negatives.rules import load_nlp
-    from datagen.negatives.text import view
+    from compclip.datagen.negatives.audit import sugarcrepe_captions
+    from compclip.datagen.negatives.rules import load_nlp
+    from compclip.datagen.negatives.text import view
     captions = sugarcrepe_captions(shared_benchmarks / "sugarcrepe")
     assert len(captions) == 4345
     nlp = load_nlp()
@@ -105,7 +105,7 @@ def test_pos_table_equals_spacys_attribute_ruler_on_every_sugarcrepe_caption(sha
 
 
 def micro_clip():
-    from models import load_model
+    from compclip.models import load_model
     torch.manual_seed(0)
     return load_model("micro-vit-32").model
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from datagen.__main__ import build_parser, main
+from compclip.datagen.__main__ import build_parser, main
 from compclip.shardset.shards import read_manifest, update_manifest
-from datagen.images.stitch import write_stitched
+from compclip.datagen.images.stitch import write_stitched
 
 HEAVY = ("numpy", "PIL", "torch", "open_clip", "spacy")
 
@@ -46,15 +46,15 @@ def test_every_option_has_help_and_the_description_is_whole():
                if action.help is None and action.dest not in ("help", "legacy")]
     assert missing == []
     assert parser.description.rstrip().endswith(".")
-    from datagen.world.cli import build_parser as world_parser
+    from compclip.datagen.world.cli import build_parser as world_parser
     missing = [f"{' '.join(path)} {action.dest}" for path, action in _actions(world_parser())
                if action.help is None]
     assert missing == []
 
 
-@pytest.mark.parametrize("argv", [["-m", "datagen", "--help"], ["-m", "datagen", "world", "--help"],
-                                  ["-m", "datagen", "world", "build", "--help"],
-                                  ["-m", "datagen.world", "--help"], ["-m", "datagen", "stitch", "--help"]])
+@pytest.mark.parametrize("argv", [["-m", "compclip.datagen", "--help"], ["-m", "compclip.datagen", "world", "--help"],
+                                  ["-m", "compclip.datagen", "world", "build", "--help"],
+                                  ["-m", "compclip.datagen.world", "--help"], ["-m", "compclip.datagen", "stitch", "--help"]])
 def test_help_imports_nothing_heavy(argv, repo_root):
     code = ("import runpy, sys\n"
             f"sys.argv = {argv[1:2] + argv[2:]!r}\n"
@@ -82,7 +82,7 @@ def test_world_and_negatives_are_subcommands(tmp_path, capsys):
 
 
 def test_old_world_entry_point_still_works_with_a_note(tmp_path, repo_root):
-    run = subprocess.run([sys.executable, "-m", "datagen.world", "render", "a red circle",
+    run = subprocess.run([sys.executable, "-m", "compclip.datagen.world", "render", "a red circle",
                           "--out", str(tmp_path / "x.png")], cwd=repo_root, capture_output=True,
                          text=True, timeout=60)
     assert run.returncode == 0, run.stderr
@@ -124,8 +124,8 @@ def test_inputs_that_are_not_shard_sets_are_one_line_errors(src, tmp_path, capsy
 def test_knn_takes_the_architecture_from_a_run_folder(src, tmp_path, micro_model, monkeypatch):
     """`--pretrained RUN` with no `--arch`: the checkpoint that run's `latest` points to, built as
     the architecture its sidecar names (before: `--arch` defaulted to ViT-B-32 and was refused)."""
-    from datagen.images import cli
-    from models import CheckpointMeta, save_checkpoint
+    from compclip.datagen.images import cli
+    from compclip.models import CheckpointMeta, save_checkpoint
     ckpts = tmp_path / "run" / "checkpoints"
     path = save_checkpoint(ckpts, "step-0000002", micro_model.model,
                            CheckpointMeta(arch="micro-vit-32", activation="gelu", lineage="none"))
@@ -375,11 +375,11 @@ def test_two_stitch_runs_with_other_canvases_do_not_mix(tmp_path, repo_root):
     from compclip.shardset.shards import iter_raw_samples, verify_shard_set
     bank, out = make_bank(tmp_path / "bank"), tmp_path / "lr"
     args = ["stitch", "--bank", str(bank), "--out", str(out), "--n", "200000", "--max-count", "20", "--quiet"]
-    first = subprocess.Popen([sys.executable, "-m", "datagen", *args, "--canvas", "32"], cwd=repo_root,
+    first = subprocess.Popen([sys.executable, "-m", "compclip.datagen", *args, "--canvas", "32"], cwd=repo_root,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for(out / "manifest.json")  # the first has recorded its options (it took the lock before)
-        second = subprocess.run([sys.executable, "-m", "datagen", *args, "--canvas", "64"], cwd=repo_root,
+        second = subprocess.run([sys.executable, "-m", "compclip.datagen", *args, "--canvas", "64"], cwd=repo_root,
                                 capture_output=True, text=True, timeout=120)
         assert second.returncode == 2, second.stderr[-500:]
         assert second.stderr.startswith(f"error: {out}: another run is writing this output (pid {first.pid} on ")

@@ -68,7 +68,7 @@ def test_another_architecture_reaches_every_step(demo, tmp_path):
     assert ran[-1][0] == "knn" and knn[knn.index("--arch") + 1] == "demo-vit-96-wide"
     default = demo.Seed(tmp_path, 1, _args())
     assert not any(c.startswith("model.arch=") for c in default.train_cmd("demo_clip_ft"))
-    from models.registry import TINY_ARCHS
+    from compclip.models.registry import TINY_ARCHS
     assert "demo-vit-96-wide" in TINY_ARCHS
 
 
@@ -102,7 +102,7 @@ def test_a_subset_of_finetunes_runs_and_is_summarised_alone(demo, tmp_path):
 
 
 def test_the_default_demo_runs_the_left_right_finetune_on_both_shard_sets(demo, tmp_path):
-    from trainer.recipe import load_recipe
+    from compclip.trainer.recipe import load_recipe
     seed = demo.Seed(tmp_path, 1, _args(recipes=list(demo.FINETUNES)))
     assert "demo_leftright" in demo.FINETUNES
     assert "demo_leftright" in [r for r, _ in seed.finetunes()]
@@ -208,7 +208,7 @@ def test_probes_name_a_world_without_shards(tmp_path, capsys):
 def test_start_metrics_overrides_pass_the_recipe_checks(demo):
     """The base model's start numbers load each finetune recipe without benchmarks: its
     `checkpoint.best_metric` (a benchmark metric) must go too, or the pre-flight refuses it."""
-    from trainer.recipe import check_best_metric, load_recipe
+    from compclip.trainer.recipe import check_best_metric, load_recipe
     for name in demo.FINETUNES:
         recipe = load_recipe(str(ROOT / "recipes" / f"{name}.yaml"), list(demo.START_OVERRIDES))
         assert not recipe.eval.benchmarks

@@ -74,7 +74,7 @@ def _documented_keys(text: str) -> set[str]:
 
 
 def test_recipes_md_documents_every_recipe_key():
-    from trainer.recipe import Recipe
+    from compclip.trainer.recipe import Recipe
     documented = _documented_keys((ROOT / "docs" / "recipes.md").read_text(encoding="utf-8"))
     keys = _recipe_keys(Recipe)
     assert len(keys) > 60 and "model.compile" in keys and "data.jpeg_draft" in keys

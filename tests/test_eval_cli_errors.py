@@ -10,11 +10,11 @@ import urllib.error
 
 import pytest
 
-from eval import download as dl
-from eval.api import missing_data, run
-from eval.cli import main
+from compclip.eval import download as dl
+from compclip.eval.api import missing_data, run
+from compclip.eval.cli import main
 from tests.fixtures.eval_data import make_data_root
-from models import CheckpointMeta, save_checkpoint
+from compclip.models import CheckpointMeta, save_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_bad_model_arguments_are_one_line_before_anything_is_scored(capsys, root
 def test_wrong_model_without_a_sidecar_is_refused_not_resized(tmp_path, run_dir):
     """A bare file (no sidecar): weights that do not fit the architecture are refused rather than
     built with a resized position embedding (open_clip's default)."""
-    from models import ArchitectureMismatch, load_model
+    from compclip.models import ArchitectureMismatch, load_model
     bare = tmp_path / "bare.pt"
     demo = load_model("demo-vit-64")  # context 32 (tiny-vit-64: 77)
     import torch
@@ -182,7 +182,7 @@ def test_download_failure_is_exit_3_naming_each_file(capsys, tmp_path, monkeypat
 
 
 def test_progress_bars_name_their_benchmark_and_total(capsys, root, micro_model):
-    from eval.scorer import OpenClipScorer
+    from compclip.eval.scorer import OpenClipScorer
     scorer = OpenClipScorer(micro_model.model, micro_model.preprocess, micro_model.tokenizer, name="m")
     run(scorer, ["visla", "sugarcrepe"], str(root), progress=True, reuse=False)
     err = capsys.readouterr().err
@@ -195,7 +195,7 @@ def test_help_shows_every_default_and_is_fast(repo_root):
     env = dict(os.environ, PYTHONPATH=str(repo_root))
     for argv in (["--help"], ["score", "--help"], ["download", "--help"]):
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "eval", *argv], capture_output=True, text=True, env=env,
+        done = subprocess.run([sys.executable, "-m", "compclip.eval", *argv], capture_output=True, text=True, env=env,
                               cwd=repo_root)
         took = time.perf_counter() - start
         assert done.returncode == 0 and took < 2.0, (argv, took)
@@ -204,6 +204,6 @@ def test_help_shows_every_default_and_is_fast(repo_root):
             options = [o for o in ("--model", "--pretrained", "--benchmarks", "--batch-size", "--device",
                                    "--precision", "--quiet", "--data-root", "--images", "--force") if f"{o} " in text]
             assert options and text.count("(default:") >= len(options), text
-    score_help = " ".join(subprocess.run([sys.executable, "-m", "eval", "score", "--help"], capture_output=True,
+    score_help = " ".join(subprocess.run([sys.executable, "-m", "compclip.eval", "score", "--help"], capture_output=True,
                                          text=True, env=env, cwd=repo_root).stdout.split())
     assert "(default: 256)" in score_help and "a run's checkpoints/ folder or the run folder" in score_help

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from eval.cli import main
+from compclip.eval.cli import main
 from tests.fixtures.eval_data import make_data_root
 
 

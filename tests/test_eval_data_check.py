@@ -6,13 +6,13 @@ import shutil
 import pytest
 import torch
 
-from eval import checksums
-from eval import download as dl
-from eval.api import check_data, missing_data, run
-from eval.benchmarks.base import MissingData
-from eval.cli import main
-from eval.registry import list_benchmarks
-from eval.scorer import Scorer
+from compclip.eval import checksums
+from compclip.eval import download as dl
+from compclip.eval.api import check_data, missing_data, run
+from compclip.eval.benchmarks.base import MissingData
+from compclip.eval.cli import main
+from compclip.eval.registry import list_benchmarks
+from compclip.eval.scorer import Scorer
 from tests.fixtures.eval_data import make_data_root
 
 
@@ -63,8 +63,8 @@ def test_empty_root_lists_every_suite_in_one_message(tmp_path):
 
 
 def test_cli_reports_all_before_loading_any_model(tmp_path, monkeypatch, capsys):
-    import models
-    from eval.scorer import SentenceTransformerScorer
+    from compclip import models
+    from compclip.eval.scorer import SentenceTransformerScorer
 
     def must_not_load(*a, **k):
         raise AssertionError("a model was loaded before the data check")

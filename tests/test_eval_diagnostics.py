@@ -20,9 +20,9 @@ import pytest
 import torch
 from PIL import Image
 
-from eval.api import run
-from eval.checksums import mark_local
-from eval.scorer import Scorer, TextScorer
+from compclip.eval.api import run
+from compclip.eval.checksums import mark_local
+from compclip.eval.scorer import Scorer, TextScorer
 
 POOL = [list(v) for v in np.eye(4)] + [[.5, .5, .5, .5], [.5, -.5, .5, -.5], [.5, .5, -.5, -.5], [-.5, .5, .5, -.5]]
 COLOURS = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0), (0, 255, 255), (255, 0, 255),
@@ -180,7 +180,7 @@ def lexical_brute_force(rows, with_images, rule="documented"):
 
 def test_word_levenshtein_on_hand_rows():
     """The hand rows' distances, checked by hand, through the module's tokeniser and DP."""
-    from eval.benchmarks.diagnostics import word_edit_distance, words
+    from compclip.eval.benchmarks.diagnostics import word_edit_distance, words
     expected = [(3, 1), (1, 1), (0, 1), (1, 2)]
     for (p1, p2, n), (d1, d2) in zip(HAND_ROWS, expected):
         assert levenshtein(tuple(tokens(p1)), tuple(tokens(n))) == d1
@@ -330,7 +330,7 @@ def test_left_right_matches_brute_force(vg_root):
     assert nouns == ["dog", "cat", "horse", "table", "bowl"]  # bowl and plate tie at 3: alphabetical
     assert top_nouns(triples, n_nouns, distinct=False) != nouns  # lamp's repeats would count
     assert top_nouns(triples, n_nouns, position_words=True) != nouns  # "left" would be mined
-    from eval.api import load_benchmark
+    from compclip.eval.api import load_benchmark
     bench = load_benchmark("left_right", str(root), True, opts["left_right"])
     assert bench.nouns == nouns
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from eval import download as dl
+from compclip.eval import download as dl
 
 
 def test_fixed_files_are_pinned_with_shared_checksums(shared_benchmarks):

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from eval.api import evaluate, run
-from eval.benchmarks.aro import SYMMETRIC_RELATIONS
-from eval.cache import EmbeddingCache
-from eval.registry import list_benchmarks
-from eval.scorer import OpenClipScorer, Scorer
+from compclip.eval.api import evaluate, run
+from compclip.eval.benchmarks.aro import SYMMETRIC_RELATIONS
+from compclip.eval.cache import EmbeddingCache
+from compclip.eval.registry import list_benchmarks
+from compclip.eval.scorer import OpenClipScorer, Scorer
 from tests.fixtures.eval_data import make_data_root
 
 POOL = [list(v) for v in np.eye(4)] + [[.5, .5, .5, .5], [.5, -.5, .5, -.5], [.5, .5, -.5, -.5], [-.5, .5, .5, -.5]]
@@ -220,7 +220,7 @@ def test_micro_model_runs_every_benchmark(root, micro_model):
 
 
 def test_text_only_scorer_skips_image_benchmarks(root):
-    from eval.scorer import TextScorer
+    from compclip.eval.scorer import TextScorer
 
     class Text(TextScorer):
         name = "text"
@@ -234,7 +234,7 @@ def test_text_only_scorer_skips_image_benchmarks(root):
 
 
 def test_minilm_text_scorer_t2t_matches_brute_force(root):
-    from eval.scorer import SentenceTransformerScorer
+    from compclip.eval.scorer import SentenceTransformerScorer
     scorer = SentenceTransformerScorer.minilm(batch_size=32)
     r = run(scorer, ["visla", "bivlc"], str(root), progress=False)
     assert "skipped" in r["bivlc"].notes[0] and set(r["visla"].headline) == {"generic/t2t", "spatial/t2t", "generic/t2t_p1_n", "spatial/t2t_p1_n", "generic/t2t_p2_n", "spatial/t2t_p2_n"}
@@ -246,7 +246,7 @@ def test_minilm_text_scorer_t2t_matches_brute_force(root):
 
 
 def test_retrieval_under_aro_perturbations(root):
-    from eval.images import FileImage, ShuffledImage
+    from compclip.eval.images import FileImage, ShuffledImage
     scorer = LookupScorer()
     base = run(scorer, ["retrieval"], str(root), progress=False)["retrieval"]
     opts = {"retrieval": {"text_perturb": "shuffle_trigrams", "image_perturb": "shuffle_patches_9", "seed": 1}}

@@ -4,9 +4,9 @@ import shutil
 
 import pytest
 
-from eval.benchmarks.base import DataError, MissingData
-from eval.checksums import mark_local
-from eval.registry import get_benchmark, list_benchmarks
+from compclip.eval.benchmarks.base import DataError, MissingData
+from compclip.eval.checksums import mark_local
+from compclip.eval.registry import get_benchmark, list_benchmarks
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_order_blind_scorer_ties_on_real_swap_items(real_root):
     import zlib
 
     import torch
-    from eval.scorer import TextScorer
+    from compclip.eval.scorer import TextScorer
 
     class BagOfWords(TextScorer):
         def encode_texts(self, texts):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from eval import metrics
+from compclip.eval import metrics
 
 # Unit vectors whose pairwise dot products are exact in fp32 and fp64 whatever the summation
 # order (entries 0, +-1, +-1/2), so that ties are real ties and brute force agrees bit for bit.

@@ -4,7 +4,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from eval import text_perturb as tp
+from compclip.eval import text_perturb as tp
 
 CAPTIONS = ["A large brown dog is chasing a small white cat across the green field.",
             "Two young men ride old bicycles down a busy city street!",

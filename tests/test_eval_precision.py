@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from eval.api import run
-from eval.cache import EmbeddingCache
-from eval.checksums import mark_local
-from eval.metrics import argmax_correct, option_scores, triplet_correct
-from eval.scorer import OpenClipScorer, TextScorer
+from compclip.eval.api import run
+from compclip.eval.cache import EmbeddingCache
+from compclip.eval.checksums import mark_local
+from compclip.eval.metrics import argmax_correct, option_scores, triplet_correct
+from compclip.eval.scorer import OpenClipScorer, TextScorer
 
 # P2 and N both close to P1, P2 by 1e-4 closer: distinct in fp32, but 0.9001 and 0.9000 both round
 # to the fp16 value 0.89990234375 (and to one bf16 value), so s(P1,P2) == s(P1,N) at low precision.
@@ -99,7 +99,7 @@ def test_lowered_copy_normalises_in_fp32_as_clip_does(micro_model, precision, mo
     value of its input, casting the result back (CLIP's LayerNorm): CUDA's kernel refuses a
     low-precision input with fp32 weights, which open_clip's plain LayerNorm would pass it."""
     from torch.nn import LayerNorm, functional
-    from eval.precision import dtype_of, lowered_copy
+    from compclip.eval.precision import dtype_of, lowered_copy
     low = lowered_copy(micro_model.model, precision)
     norms = [m for m in low.modules() if isinstance(m, LayerNorm)]
     assert norms and all(m.weight.dtype == torch.float32 for m in norms)

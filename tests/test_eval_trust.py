@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from eval import checksums
-from eval.api import missing_data, run
-from eval.benchmarks.base import MissingData
-from eval.benchmarks.zeroshot import _unpickle
-from eval.cli import main
-from eval.scorer import TextScorer
+from compclip.eval import checksums
+from compclip.eval.api import missing_data, run
+from compclip.eval.benchmarks.base import MissingData
+from compclip.eval.benchmarks.zeroshot import _unpickle
+from compclip.eval.cli import main
+from compclip.eval.scorer import TextScorer
 from tests.fixtures.eval_data import make_data_root
-from models import CheckpointMeta, save_checkpoint
+from compclip.models import CheckpointMeta, save_checkpoint
 
 
 def score(capsys, *args):
@@ -35,7 +35,7 @@ def errors(err: str) -> list[str]:
 
 @pytest.fixture
 def no_model_load(monkeypatch):
-    import models
+    from compclip import models
 
     def must_not_load(*a, **k):
         raise AssertionError("a model was loaded")
@@ -135,7 +135,7 @@ def test_official_cifar_layout_and_the_synthetic_pickles_load(synthetic, tmp_pat
     meta.write_bytes(_py2_pickle({"num_cases_per_batch": 10000, "label_names": ["airplane", "cat"], "num_vis": 3072}))
     assert _unpickle(meta)["label_names"] == ["airplane", "cat"]
 
-    from eval.registry import get_benchmark
+    from compclip.eval.registry import get_benchmark
     bench = get_benchmark("zeroshot").load(zeroshot_root(synthetic, tmp_path))
     assert set(bench.sets) == {"cifar10", "cifar100"} and len(bench.sets["cifar100"][2]) == 100
 
@@ -165,8 +165,8 @@ def test_a_checkpoint_with_nan_weights_is_refused_before_any_model_loads(capsys,
 
 
 def test_nan_weights_are_refused_right_after_loading_too(capsys, monkeypatch, synthetic, nan_checkpoint):
-    import eval.weights
-    monkeypatch.setattr(eval.weights, "file_state", lambda path: None)  # as for a format the file check skips
+    import compclip.eval.weights as eval_weights
+    monkeypatch.setattr(eval_weights, "file_state", lambda path: None)  # as for a format the file check skips
     rc, out, err = score(capsys, "--pretrained", str(nan_checkpoint.parent), "--benchmarks", "sugarcrepe",
                          "--data-root", str(synthetic))
     assert rc == 2 and out == ""
@@ -262,7 +262,7 @@ def test_a_cache_that_cannot_be_written_or_read_changes_nothing(monkeypatch, rea
 
 
 def test_the_first_line_says_missing_changed_or_both(tmp_path):
-    from eval.benchmarks.base import Problem
+    from compclip.eval.benchmarks.base import Problem
     absent = Problem("visla", "x not found", str(tmp_path), "visla")
     changed = Problem("sugarcrepe", "y is not the published file", str(tmp_path), "sugarcrepe", force=True)
     for problems, says in (([absent], "missing"), ([changed], "changed or unreadable"),

@@ -12,8 +12,8 @@ from collections import Counter
 import pytest
 import torch
 
-from eval.api import run
-from eval.scorer import TextScorer
+from compclip.eval.api import run
+from compclip.eval.scorer import TextScorer
 
 DIM = 4096
 
@@ -85,7 +85,7 @@ def test_text_only_p1_n_p2_n_match_brute_force_on_real_visla(real_root, shared_b
 
 
 def test_text_only_columns_reach_the_reports(real_root, tmp_path):
-    from eval.report import write_reports
+    from compclip.eval.report import write_reports
     r = run(WordCounts(), ["visla"], str(real_root), progress=False)
     md = write_reports({"words": r}, tmp_path, plots=False)["markdown"].read_text()
     assert "| visla/generic/t2t_p1_n |" in md and "| visla/spatial/t2t_p2_n |" in md

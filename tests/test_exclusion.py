@@ -8,10 +8,10 @@ import shutil
 import datasets
 import pytest
 
-from datagen.__main__ import main
-from datagen.prepare.coco import prepare_coco
-from datagen.prepare.exclude import benchmark_exclusion
-from datagen.prepare.trohn import prepare_trohn
+from compclip.datagen.__main__ import main
+from compclip.datagen.prepare.coco import prepare_coco
+from compclip.datagen.prepare.exclude import benchmark_exclusion
+from compclip.datagen.prepare.trohn import prepare_trohn
 from compclip.shardset.shards import iter_raw_samples, read_image_ids, read_manifest, shard_urls
 from compclip.shardset.benchmark_ids import coco_ids_of
 from tests.fixtures.faults import Killed, killed_after

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from datagen.images.genimages import (DiffusersBackend, RendererBackend, caption_seed, generate_picked,
+from compclip.datagen.images.genimages import (DiffusersBackend, RendererBackend, caption_seed, generate_picked,
                                tiny_pipeline, write_generated, write_generated_object_bank)
 from compclip.shardset.schema import Negative, ShardSample
 from compclip.shardset.shards import ShardSetWriter, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
-from datagen.images.stitch import load_object_bank, make_pair
+from compclip.datagen.images.stitch import load_object_bank, make_pair
 from tests.fixtures.faults import Killed, killed_after
 
 
@@ -142,7 +142,7 @@ def test_tiny_diffusers_backend_writes_seeded_partners(src, tmp_path, tiny_backe
 
 
 def test_clip_pick_keeps_the_best_scoring_candidate(tiny_backend, micro_model):
-    from eval.scorer import OpenClipScorer
+    from compclip.eval.scorer import OpenClipScorer
     scorer = OpenClipScorer.from_loaded(micro_model)
     seeds = [[11, 12, 13]]
     cands = tiny_backend.generate(["a red cube"] * 3, seeds[0])
@@ -164,7 +164,7 @@ def test_generated_object_bank_feeds_stitching(tmp_path, tiny_backend):
 
 
 def test_real_renderer_backend(src, tmp_path):
-    world = pytest.importorskip("datagen.world")
+    world = pytest.importorskip("compclip.datagen.world")
     if not hasattr(world, "render_caption"):
         pytest.skip("datagen.world has no render_caption yet")
     backend = RendererBackend(size=32)
@@ -181,7 +181,7 @@ def test_real_renderer_backend(src, tmp_path):
 
 
 def test_cli_genimages_with_tiny_diffusers(src, tmp_path, capsys):
-    from datagen.__main__ import main
+    from compclip.datagen.__main__ import main
     assert main(["genimages", "--src", str(src), "--out", str(tmp_path / "o"), "--backend", "diffusers",
                  "--model", "tiny", "--steps", "1", "--guidance", "1", "--size", "32",
                  "--kinds", "replace", "--max-count", "5"]) == 0

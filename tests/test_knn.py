@@ -10,14 +10,14 @@ from PIL import Image
 import faiss
 
 from compclip.compat import blas
-from datagen.images import knn_selfjoin
-from datagen.images.knn import (BlasFlatIP, Embeddings, brute_force, embed_shard_set, find_neighbours,
+from compclip.datagen.images import knn_selfjoin
+from compclip.datagen.images.knn import (BlasFlatIP, Embeddings, brute_force, embed_shard_set, find_neighbours,
                                 load_embeddings, measure_recall, run_knn, write_neighbours)
-from datagen.images.knn_images import image_hash
-from datagen.images.knn_selfjoin import self_join_topk, ties_by_id
+from compclip.datagen.images.knn_images import image_hash
+from compclip.datagen.images.knn_selfjoin import self_join_topk, ties_by_id
 from compclip.shardset.schema import ShardSample
 from compclip.shardset.shards import KeyIndex, ShardSetWriter, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
-from eval.scorer import OpenClipScorer
+from compclip.eval.scorer import OpenClipScorer
 from tests.fixtures.faults import Killed, killed_after
 
 
@@ -347,7 +347,7 @@ def test_neighbour_rewrite_resumes_byte_identical(image_set, tmp_path):
 
 
 def test_cli_knn(image_set, tmp_path, capsys):
-    from datagen.__main__ import main
+    from compclip.datagen.__main__ import main
     assert main(["knn", "--src", str(image_set), "--out", str(tmp_path / "o"), "--arch", "micro-vit-32",
                  "--k", "2", "--batch-size", "16", "--max-count", "100"]) == 0
     captured = capsys.readouterr()

@@ -10,8 +10,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from trainer.batch import Batch
-from trainer.loss import ContrastiveLoss, Layout, contrastive_loss
+from compclip.trainer.batch import Batch
+from compclip.trainer.loss import ContrastiveLoss, Layout, contrastive_loss
 
 # name -> (B anchors, P partners, negatives per anchor, padded negative columns, partners_as_positives)
 SHAPES = {

@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from models import ActivationMismatch, CheckpointMeta, load_model, save_checkpoint
-from models.load import _weights_origin, built_activation
-from models.registry import TINY_ARCHS
+from compclip.models import ActivationMismatch, CheckpointMeta, load_model, save_checkpoint
+from compclip.models.load import _weights_origin, built_activation
+from compclip.models.registry import TINY_ARCHS
 
 
 @pytest.mark.parametrize("arch", TINY_ARCHS)
@@ -70,7 +70,7 @@ def test_lineage_hint_applies_to_bare_files(tmp_path):
 def test_the_checkpoint_names_its_architecture_and_a_conflicting_one_is_refused(tmp_path):
     """A demo-vit-64 checkpoint (32-token context) asked for as tiny-vit-64 (77) used to be built
     with a resized position embedding: another model, scored without a word."""
-    from models import ArchitectureMismatch
+    from compclip.models import ArchitectureMismatch
     demo = load_model("demo-vit-64")
     meta = CheckpointMeta(arch="demo-vit-64", activation="gelu", lineage="none")
     path = save_checkpoint(tmp_path, "step-0000001", demo.model, meta)
@@ -83,6 +83,6 @@ def test_the_checkpoint_names_its_architecture_and_a_conflicting_one_is_refused(
 
 
 def test_unknown_architecture_suggests_close_names():
-    from models import UnknownArchitecture
+    from compclip.models import UnknownArchitecture
     with pytest.raises(UnknownArchitecture, match="unknown architecture 'tiny-vit-46'; did you mean tiny-vit-64"):
         load_model("tiny-vit-46")

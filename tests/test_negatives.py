@@ -4,10 +4,10 @@ import re
 
 import pytest
 
-from datagen.negatives import NEGATIVE_FNS, NegativeGenerator
-from datagen.negatives.base import normalise
-from datagen.negatives.rules import RuleNegativeGenerator, load_nlp
-from datagen.negatives.vocab import ATTRIBUTE_GROUPS, Vocabulary, is_synonym
+from compclip.datagen.negatives import NEGATIVE_FNS, NegativeGenerator
+from compclip.datagen.negatives.base import normalise
+from compclip.datagen.negatives.rules import RuleNegativeGenerator, load_nlp
+from compclip.datagen.negatives.vocab import ATTRIBUTE_GROUPS, Vocabulary, is_synonym
 from compclip.shardset.schema import SUBKINDS
 
 # caption -> the one negative each swap type can make from it
@@ -51,7 +51,7 @@ def nlp():
 @pytest.fixture(scope="module")
 def vocab(nlp):
     gen = RuleNegativeGenerator(nlp=nlp)
-    from datagen.negatives.text import view
+    from compclip.datagen.negatives.text import view
     voc = Vocabulary.mine(view(d) for d in gen.parse(CORPUS))
     voc.lm = None  # rule mechanics only: no plausibility filter (tests/test_negatives_quality.py has it)
     voc.scene = None  # nor the scene check (24 captions say little about what comes together)

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from datagen.negatives import audit
-from datagen.negatives.base import normalise
+from compclip.datagen.negatives import audit
+from compclip.datagen.negatives.base import normalise
 
 
 def bag_of_words(texts):
@@ -100,7 +100,7 @@ def test_sugarcrepe_captions_as_corpus_smoke(shared_benchmarks):
 
 
 def test_pairs_from_a_generated_shard_set(tmp_path):
-    from datagen.negatives.pipeline import GenerateOptions, run_generate
+    from compclip.datagen.negatives.pipeline import GenerateOptions, run_generate
     src = tmp_path / "caps.csv"
     src.write_text("image,caption\n" + "".join(
         f"{i}.jpg,A {c} dog is sitting on a wooden bench near a cat.\n"
@@ -112,7 +112,7 @@ def test_pairs_from_a_generated_shard_set(tmp_path):
 
 
 def test_audit_command_checks_its_input_before_loading_the_model(tmp_path, monkeypatch, capsys):
-    from datagen.negatives.__main__ import main as cli
+    from compclip.datagen.negatives.__main__ import main as cli
 
     def no_model(*args, **kwargs):
         raise AssertionError("the encoder was loaded before the input was checked")

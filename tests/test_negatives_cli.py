@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from datagen.negatives.__main__ import main as cli
+from compclip.datagen.negatives.__main__ import main as cli
 from compclip.shardset.shards import read_manifest
 from tests.fixtures.faults import Killed, killed_after
 
@@ -93,7 +93,7 @@ def test_progress_bar_has_a_total(tmp_path, capsys):
 
 def test_module_spelling_notes_its_deprecation_and_main_does_not(tmp_path, capsys):
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "datagen.negatives", "--help"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "compclip.datagen.negatives", "--help"], capture_output=True,
                           text=True, env=env(), cwd=ROOT)
     assert time.perf_counter() - started < 2.0
     assert done.returncode == 0 and "generate" in done.stdout
@@ -103,7 +103,7 @@ def test_module_spelling_notes_its_deprecation_and_main_does_not(tmp_path, capsy
         cli(["--help"])
     captured = capsys.readouterr()
     assert "deprecated" not in captured.err and "python -m datagen negatives" in captured.out
-    done = subprocess.run([sys.executable, "-m", "datagen.negatives", "generate", "--help"],
+    done = subprocess.run([sys.executable, "-m", "compclip.datagen.negatives", "generate", "--help"],
                           capture_output=True, text=True, env=env(), cwd=ROOT)
     options = [line.split()[0] for line in done.stdout.splitlines() if line.startswith("  --")]
     assert "--src" in options and "--max-count" in options and "--shard-size" not in options
@@ -121,7 +121,7 @@ def test_generate_never_imports_torch(tmp_path):
 
 
 def test_bare_tokenizer_loads_the_packages_rules_and_splits_as_spacy_load_does():
-    from datagen.negatives.rules import SPACY_MODEL, import_spacy, load_nlp
+    from compclip.datagen.negatives.rules import SPACY_MODEL, import_spacy, load_nlp
     ours = load_nlp().tokenizer
     plain = import_spacy().load(SPACY_MODEL, exclude=["ner", "lemmatizer", "senter", "parser",
                                                       "tok2vec", "tagger", "attribute_ruler"]).tokenizer
@@ -141,7 +141,7 @@ def test_bare_tokenizer_loads_the_packages_rules_and_splits_as_spacy_load_does()
 
 def test_tagger_multiplies_with_numpy_blas_and_tags_as_blis_does():
     from thinc.api import NumpyOps
-    from datagen.negatives.rules import SPACY_MODEL, import_spacy, load_nlp
+    from compclip.datagen.negatives.rules import SPACY_MODEL, import_spacy, load_nlp
     nlp = load_nlp()
     ops = nlp.get_pipe("tok2vec").model.ops
     assert isinstance(ops, NumpyOps) and ops.use_blis is False
@@ -155,7 +155,7 @@ def test_a_resume_with_an_edited_input_is_refused_and_changes_nothing(tmp_path, 
     """S7: captions edited between a kill and the rerun (before: exit 0, old and new captions in
     one set) are refused in one line naming the input; the killed run's output is untouched. A
     file touched with the same bytes resumes."""
-    from datagen.negatives.pipeline import GenerateOptions, run_generate
+    from compclip.datagen.negatives.pipeline import GenerateOptions, run_generate
     src, out = write_csv(tmp_path / "caps.csv"), tmp_path / "out"
     with pytest.raises(Killed), killed_after(25):  # a run killed after 2 shards
         run_generate(src, out, GenerateOptions(shard_size=10, progress=False))

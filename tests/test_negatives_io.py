@@ -6,12 +6,12 @@ from itertools import product
 
 import pytest
 
-from datagen.negatives.captions_io import InputError, read_items
-from datagen.negatives.__main__ import main as cli
-from datagen.negatives.pipeline import run_generate
+from compclip.datagen.negatives.captions_io import InputError, read_items
+from compclip.datagen.negatives.__main__ import main as cli
+from compclip.datagen.negatives.pipeline import run_generate
 from compclip.shardset.schema import ShardSample
 from compclip.shardset.shards import ShardSetWriter, iter_raw_samples, read_manifest, shard_urls, verify_shard_set
-from datagen.negatives.pipeline import GenerateOptions, run_generate
+from compclip.datagen.negatives.pipeline import GenerateOptions, run_generate
 from tests.fixtures.faults import Killed, killed_after
 
 ADJ = ["red", "small", "old", "wooden"]
@@ -128,8 +128,8 @@ def hand_negatives():
 def test_coverage_per_kind_on_hand_lists():
     """By hand: swap is covered by captions 1, 2, 6 (3/6, though its sub-kinds add up to 4/6 and
     the best one is 2/6); replace by 1, 5; add by 4, 5 (caption 4's two add:obj count once)."""
-    from datagen.negatives.base import Coverage
-    from datagen.negatives.pipeline import _count, _finish_stats
+    from compclip.datagen.negatives.base import Coverage
+    from compclip.datagen.negatives.pipeline import _count, _finish_stats
     want_kind = {"add": 2 / 6, "replace": 2 / 6, "swap": 3 / 6}
     want_sub = {"add:att": 1 / 6, "add:obj": 1 / 6, "replace:obj": 1 / 6, "replace:rel": 1 / 6,
                 "swap:att": 1 / 6, "swap:noun": 1 / 6, "swap:obj": 2 / 6}

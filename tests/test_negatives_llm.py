@@ -1,8 +1,8 @@
 """The LLM backend's code path, on a tiny random GPT-2 and a word-level tokenizer built here."""
 import pytest
 
-from datagen.negatives.base import NegativeGenerator, normalise
-from datagen.negatives.llm import LLMNegativeGenerator, prompt_for
+from compclip.datagen.negatives.base import NegativeGenerator, normalise
+from compclip.datagen.negatives.llm import LLMNegativeGenerator, prompt_for
 
 CAPTIONS = ["A man is riding a horse on the beach.", "", "Two cats sleeping on a red couch."]
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from datagen.negatives import audit
-from datagen.negatives.plausibility import HFCausalLMScorer, NgramLM, PlausibilityFilter, tokens
-from datagen.negatives.rules import RuleNegativeGenerator, load_nlp
-from datagen.negatives.text import article_for, render, view
-from datagen.negatives.vocab import POSITION_NOUNS, Vocabulary, is_synonym
+from compclip.datagen.negatives import audit
+from compclip.datagen.negatives.plausibility import HFCausalLMScorer, NgramLM, PlausibilityFilter, tokens
+from compclip.datagen.negatives.rules import RuleNegativeGenerator, load_nlp
+from compclip.datagen.negatives.text import article_for, render, view
+from compclip.datagen.negatives.vocab import POSITION_NOUNS, Vocabulary, is_synonym
 
 FOREIGN = Path(__file__).parent / "data" / "negatives_foreign_captions.tsv"
 
@@ -138,7 +138,7 @@ def test_a_an_agreement_everywhere(nlp, vocab):
 
 
 def test_added_adjective_follows_english_order(nlp):
-    from datagen.negatives.add import add_att
+    from compclip.datagen.negatives.add import add_att
     voc = Vocabulary({"adj/bowl": [("large", 5), ("small", 5)], "adj/*": [("large", 1), ("small", 1)]})
     import random
     texts = {n.text for s in range(10) for n in add_att(nlp("A white bowl of apples."), random.Random(s),
@@ -198,7 +198,7 @@ class _Harsh:
 
 
 def test_filter_never_drops_negclip_swap_types(nlp, captions, vocab):
-    from datagen.negatives.swap import NEGCLIP_TYPES
+    from compclip.datagen.negatives.swap import NEGCLIP_TYPES
     caps = captions[:200]
     plain = RuleNegativeGenerator(vocab=vocab, nlp=nlp, plausibility=None).generate(caps)
     harsh = RuleNegativeGenerator(vocab=vocab, nlp=nlp, plausibility=_Harsh())
@@ -245,7 +245,7 @@ def test_hf_causal_lm_backend(tiny_causal_lm, nlp, vocab):
 # --- input checks -------------------------------------------------------------------------
 
 def test_empty_input_is_an_error(tmp_path, capsys):
-    from datagen.negatives.__main__ import main as cli
+    from compclip.datagen.negatives.__main__ import main as cli
     for name, text in (("empty.csv", ""), ("header.csv", "filepath,caption\n"),
                        ("empty.json", '{"annotations": [], "images": []}')):
         (tmp_path / name).write_text(text)
@@ -257,7 +257,7 @@ def test_empty_input_is_an_error(tmp_path, capsys):
 
 
 def test_non_english_captions_are_rejected(captions):
-    from datagen.negatives.text import skip_reason
+    from compclip.datagen.negatives.text import skip_reason
     with open(FOREIGN, encoding="utf-8") as f:
         foreign = list(csv.DictReader(f, delimiter="\t"))
     assert {r["lang"] for r in foreign} == {"de", "it", "es", "fr", "nl"}
@@ -270,7 +270,7 @@ def test_non_english_captions_are_rejected(captions):
 
 
 def test_decode_errors_name_the_real_line(tmp_path):
-    from datagen.negatives.captions_io import InputError, read_items
+    from compclip.datagen.negatives.captions_io import InputError, read_items
     rows = ["filepath,caption"] + [f"{i}.jpg,A dog number {i} on a bench." for i in range(50)]
     for bad_line in (3, 40):
         data = "\n".join(rows).encode()
@@ -288,7 +288,7 @@ def test_decode_errors_name_the_real_line(tmp_path):
 
 
 def test_noun_swaps_prefer_two_things_of_one_kind(nlp, captions, vocab):
-    from datagen.negatives.swap import same_category
+    from compclip.datagen.negatives.swap import same_category
     caption = "A woman flies a kite near a young child."
     assert caption in captions  # a real SugarCrepe (COCO val2017) caption
     gen = RuleNegativeGenerator(kinds=["swap:obj"], vocab=vocab, nlp=nlp, plausibility=None)
@@ -329,7 +329,7 @@ def all_negatives(nlp, vocab, kinds, captions):
 
 def animate_words() -> set[str]:
     """People and animals by the lexicon's hypernym lists (singular and plural)."""
-    from datagen.negatives.lexicon import hypernyms
+    from compclip.datagen.negatives.lexicon import hypernyms
     words = set().union(*(hypernyms()[k] for k in ("person", "animal", "bird", "player")))
     return words | {w + "s" for w in words} | {"men", "women", "people", "children", "person"}
 
@@ -397,7 +397,7 @@ def test_noun_swaps_move_whole_compounds(nlp, captions, vocab):
 
 
 def test_attribute_swaps_stay_within_one_attribute_group(nlp, captions, vocab):
-    from datagen.negatives.vocab import ATTRIBUTE_OF
+    from compclip.datagen.negatives.vocab import ATTRIBUTE_OF
     found = real(captions, r"\b(red|blue|white|black|green|yellow|large|small|young|old|wooden)\b.*\b(red|blue|white|black|green|yellow|large|small|young|old|wooden)\b", 150)
     checked = 0
     for caption, n in all_negatives(nlp, vocab, ["swap:att"], found):
@@ -442,14 +442,14 @@ def test_add_obj_adds_objects_that_fit(nlp, captions, vocab):
             assert m.group(1) in animate_words(), (caption, n.text)
         checked += 1
     assert checked > 50
-    from datagen.negatives.guards import SCENERY, place
+    from compclip.datagen.negatives.guards import SCENERY, place
     for caption, n in all_negatives(nlp, vocab, ["add:obj"], found):
         added = [w for w in re.findall(r"\w+", n.text.lower()) if w not in re.findall(r"\w+", caption.lower())]
         assert added[-1] not in SCENERY and not place(added[-1]), (caption, n.text)
 
 
 def test_replace_obj_keeps_people_people(nlp, captions, vocab):
-    from datagen.negatives.lexicon import hypernyms, lexicon
+    from compclip.datagen.negatives.lexicon import hypernyms, lexicon
     people = hypernyms()["person"] | set(lexicon().get("animacy", {}).get("person", "").split()) \
         | {"men", "women", "people", "person", "someone", "kids", "children"}
     found = real(captions, r"^(a|an) (man|woman|boy|girl|person) (is )?(holding|wearing|riding|eating)\b", 80)
@@ -463,7 +463,7 @@ def test_replace_obj_keeps_people_people(nlp, captions, vocab):
 
 
 def test_replace_rel_prepositions_change_the_scene(nlp, captions, vocab):
-    from datagen.negatives.lexicon import lexicon
+    from compclip.datagen.negatives.lexicon import lexicon
     contrasts = lexicon()["relation_contrasts"]
     found = real(captions, r"\b(on|under|in|near|beside|behind|with|at|inside|above)\b", 200)
     checked = 0
@@ -480,7 +480,7 @@ def test_replace_rel_prepositions_change_the_scene(nlp, captions, vocab):
 # --- issue 17, third pass (d7a1d8d): neighbours of places, gendered pronouns, compounds, typical adjectives
 
 def _outputs(nlp, vocab, fn, captions, seeds=12):
-    from datagen.negatives import add, replace  # noqa: F401 (registers the kinds)
+    from compclip.datagen.negatives import add, replace  # noqa: F401 (registers the kinds)
     out = []
     for doc in nlp.pipe(captions):
         for seed in range(seeds):
@@ -489,7 +489,7 @@ def _outputs(nlp, vocab, fn, captions, seeds=12):
 
 
 def test_add_obj_puts_no_neighbour_after_a_place_or_the_weather(nlp, vocab, captions):
-    from datagen.negatives.add import add_obj
+    from compclip.datagen.negatives.add import add_obj
     found = real(captions, r"\b(in|on|at) the (air|rain|snow|beach|deli|sky|field|kitchen|runway)\.?$", 12)
     out = _outputs(nlp, vocab, add_obj, found)
     bad = [n for c, n in out if re.search(r"\b(air|rain|snow|beach|deli|sky|field|kitchen|runway) (next to|near) an? \w+\.?$", n)]
@@ -497,7 +497,7 @@ def test_add_obj_puts_no_neighbour_after_a_place_or_the_weather(nlp, vocab, capt
 
 
 def test_replace_obj_keeps_the_gender_of_a_pronoun(nlp, vocab, captions):
-    from datagen.negatives.replace import replace_obj
+    from compclip.datagen.negatives.replace import replace_obj
     found = real(captions, r"^an? (man|woman|boy|girl)\b.*\b(himself|herself|his|her)\b", 20)
     out = _outputs(nlp, vocab, replace_obj, found)
     male, female = r"\b(man|boy|guy|gentleman)\b", r"\b(woman|girl|lady)\b"
@@ -508,7 +508,7 @@ def test_replace_obj_keeps_the_gender_of_a_pronoun(nlp, vocab, captions):
 
 
 def test_add_att_never_splits_a_compound(nlp, vocab, captions):
-    from datagen.negatives.add import add_att
+    from compclip.datagen.negatives.add import add_att
     found = real(captions, r"\b(teddy bear|hot dog|stop sign|brief case|polar bear)\b", 20)
     out = _outputs(nlp, vocab, add_att, found)
     bad = [n for c, n in out if re.search(r"\b(teddy|hot|stop|brief|polar) \w+ (bear|dog|sign|case)", n.lower())
@@ -517,7 +517,7 @@ def test_add_att_never_splits_a_compound(nlp, vocab, captions):
 
 
 def test_add_att_skips_adjectives_nearly_always_true(nlp, vocab, captions):
-    from datagen.negatives.add import add_att
+    from compclip.datagen.negatives.add import add_att
     # the noun followed by a word the tagger does not take for its head ("A giraffe stares" is
     # tagged as the noun "stares")
     found = real(captions, r"\b(a|the) (stop sign|plate|giraffe|field|sky)( (is|with|in|on|and|of|that|standing|"
@@ -531,7 +531,7 @@ def test_add_att_skips_adjectives_nearly_always_true(nlp, vocab, captions):
 def test_add_att_draws_no_adjective_that_does_not_fit_the_noun(nlp, vocab, captions):
     """An adjective from all the corpus's adjectives (the head has none of its own) fits its
     class: no "young mirror", no "tall rain", no "orange boy"."""
-    from datagen.negatives.add import add_att
+    from compclip.datagen.negatives.add import add_att
     found = real(captions, r"\bin the (rain|air)\b", 10)
     out = _outputs(nlp, vocab, add_att, found)
     bad = [n for c, n in out if re.search(r"\bthe \w+ (rain|air)\b", n.lower()) and not re.search(r"\bthe \w+ (rain|air)\b", c.lower())]
@@ -540,14 +540,14 @@ def test_add_att_draws_no_adjective_that_does_not_fit_the_noun(nlp, vocab, capti
 
 def _new_indefinite_mass(caption: str, negative: str) -> list[str]:
     """Mass nouns after a/an in `negative` that were not so in `caption` ("next to a food")."""
-    from datagen.negatives.vocab import MASS_NOUNS
+    from compclip.datagen.negatives.vocab import MASS_NOUNS
     before = Counter(re.findall(r"\ban? (\w+)", caption.lower()))
     after = Counter(re.findall(r"\ban? (\w+)", negative.lower()))
     return [w for w in after - before if w in MASS_NOUNS]
 
 
 def test_add_obj_puts_some_before_a_mass_noun(nlp, vocab, captions):
-    from datagen.negatives.add import add_obj
+    from compclip.datagen.negatives.add import add_obj
     found = real(captions, r"\b(table|plate|pizza|sandwich|kitchen|cows|sheep|horse|suitcase)\b", 40)
     out = _outputs(nlp, vocab, add_obj, found)
     bad = [n for c, n in out if _new_indefinite_mass(c, n)]
@@ -558,7 +558,7 @@ def test_add_obj_puts_some_before_a_mass_noun(nlp, vocab, captions):
 
 
 def test_replace_obj_keeps_a_singular_nouns_countability(nlp, vocab, captions):
-    from datagen.negatives.replace import _countable_clash, replace_obj
+    from compclip.datagen.negatives.replace import _countable_clash, replace_obj
     found = real(captions, r"\b(an?) (river|lake|plate|bowl|sandwich|table|field|street)\b", 40)
     out = _outputs(nlp, vocab, replace_obj, found)
     bad = [n for c, n in out if _new_indefinite_mass(c, n)]
@@ -573,7 +573,7 @@ def test_replace_obj_keeps_a_singular_nouns_countability(nlp, vocab, captions):
 
 
 def test_replace_rel_gives_a_verb_only_a_subject_of_its_kind_had(nlp, vocab, captions):
-    from datagen.negatives.replace import replace_rel
+    from compclip.datagen.negatives.replace import replace_rel
     food = r"(pizza|sandwich|cake|donut|doughnut|plate|hot dog|bowl|waffle)"
     people = r"(man|woman|boy|girl|person|people|men|women|child|kids)"
     found = real(captions, rf"^(a|an|the|two|three) (\w+ )?({food}|{people}) (is |are )?(sitting|standing|laying|served|placed|walking)\b", 60)
@@ -585,9 +585,9 @@ def test_replace_rel_gives_a_verb_only_a_subject_of_its_kind_had(nlp, vocab, cap
 
 
 def test_add_obj_co_subjects_and_companions_fit_the_subject(nlp, vocab, captions):
-    from datagen.negatives.add import add_obj
-    from datagen.negatives.guards import animacy
-    from datagen.negatives.lexicon import categories
+    from compclip.datagen.negatives.add import add_obj
+    from compclip.datagen.negatives.guards import animacy
+    from compclip.datagen.negatives.lexicon import categories
     heads = r"(man|woman|girl|boy|dog|cat|zebras|giraffe|people|bear|plane|airplane|table|pizza|bus|counter|sink)"
     found = real(captions, rf"^(a|an|two|three|the) (\w+ )?{heads}\b", 150)
     out = _outputs(nlp, vocab, add_obj, found, seeds=6)
@@ -615,7 +615,7 @@ def test_add_obj_co_subjects_and_companions_fit_the_subject(nlp, vocab, captions
 
 
 def test_scene_model_counts_what_comes_together(vocab, tmp_path):
-    from datagen.negatives.scene import SceneModel
+    from compclip.datagen.negatives.scene import SceneModel
     scene = vocab.scene
     assert scene is not None and scene.n == 2000
     assert scene.fit("toilet", ["sink"]) > 1 and scene.fit("zebra", ["giraffe"]) > 0.5
@@ -640,8 +640,8 @@ _TEMPLATE_WORDS = {"a", "an", "and", "with", "next", "to", "near", "some", "are"
 
 def _new_noun_fits(vocab, nlp, caption: str, negative: str) -> bool:
     """The noun a replace:obj / add:obj negative brought in fits the caption's scene."""
-    from datagen.negatives.plausibility import tokens
-    from datagen.negatives.vocab import crude_lemma, scene_items
+    from compclip.datagen.negatives.plausibility import tokens
+    from compclip.datagen.negatives.vocab import crude_lemma, scene_items
     old, new = Counter(tokens(caption)), Counter(tokens(negative))
     brought = [w for w in new - old if w not in _TEMPLATE_WORDS]
     gone = {crude_lemma(w) for w in old - new}
@@ -654,7 +654,7 @@ def test_replaced_and_added_objects_fit_the_scene(nlp, vocab, captions, rule):
     """"A large zebra standing next to a toilet", "Four men ride bears": a drawn object must be,
     on average, no rarer than chance with the caption's other nouns and verbs; without the scene
     model the same draws give objects that do not fit."""
-    from datagen.negatives import add, replace
+    from compclip.datagen.negatives import add, replace
     fn = getattr(add, rule, None) or getattr(replace, rule)
     found = real(captions, r"^(a|an|two|the) (\w+ )?(zebra|giraffe|man|woman|dog|cat|toilet|bus|pizza|horses?)\b", 80)
     out = _outputs(nlp, vocab, fn, found, seeds=4)
@@ -669,9 +669,9 @@ def test_replaced_and_added_objects_fit_the_scene(nlp, vocab, captions, rule):
 def test_adjectives_an_image_cannot_refute_are_never_drawn(nlp, vocab, captions):
     """"A beautiful woman", "a delicious pizza", "a serious man": no negative of the caption
     without them, so add:att never adds one and replace:att never draws one."""
-    from datagen.negatives.add import add_att
-    from datagen.negatives.replace import replace_att
-    from datagen.negatives.vocab import OPINION_ADJECTIVES
+    from compclip.datagen.negatives.add import add_att
+    from compclip.datagen.negatives.replace import replace_att
+    from compclip.datagen.negatives.vocab import OPINION_ADJECTIVES
     said = Counter(w for c in captions[:2000] for w in re.findall(r"[a-z]+", c.lower()) if w in OPINION_ADJECTIVES)
     assert sum(said.values()) > 20, said  # the corpus has them: a vocabulary would offer them
     assert not any(w in OPINION_ADJECTIVES for name, entries in vocab.buckets.items()
@@ -694,7 +694,7 @@ def test_add_obj_adds_nothing_to_a_misread_subject(nlp, vocab, caption, subject,
     """Nothing goes before, into or after a subject the tagger cut or stretched ("An ear and a
     giraffe stares", "A red pick next to a car up truck", "A woman with a dress surfer"); a
     neighbour after the last object is still added."""
-    from datagen.negatives.add import add_obj
+    from compclip.datagen.negatives.add import add_obj
     doc = nlp(caption)
     out = [n.text for seed in range(40) for n in add_obj(doc, random.Random(seed), vocab=vocab)]
     assert bool(out) == neighbour, out[:3]
@@ -707,8 +707,8 @@ def test_replace_att_keeps_units_and_draws_from_the_head_where_the_group_is_not_
     animal, food, plant or place (but for size), is replaced only by one seen with its head noun
     ("a low position" -> "a black position", "two blue dogs", "blue rice" came from all the
     corpus's)."""
-    from datagen.negatives.replace import _head_of, _natural, replace_att
-    from datagen.negatives.vocab import ATTRIBUTE_OF
+    from compclip.datagen.negatives.replace import _head_of, _natural, replace_att
+    from compclip.datagen.negatives.vocab import ATTRIBUTE_OF
     units = _outputs(nlp, vocab, replace_att, real(captions, r"\b(polar bears?|high chairs?)\b", 10))
     assert units and all(re.search(r"\b(polar bear|high chair)", n.lower()) for _, n in units), units[:3]
     found = (real(captions, r"\b(a|the) (grassy|empty|low|dirty|fancy|electric|clear|open|wet) \w+", 60)
@@ -735,7 +735,7 @@ def test_replace_rel_leaves_things_postures_times_and_fixed_phrases(nlp, vocab):
     verbs made "Assorted meal chewing on a plate"); a preposition of time ("on a cloudy day" ->
     "behind a cloudy day") or of a fixed phrase ("across from", "along with") relates no two
     things. A person's or an animal's posture is still replaced, also behind "a group of"."""
-    from datagen.negatives.replace import replace_rel
+    from compclip.datagen.negatives.replace import replace_rel
 
     def outputs(caption):
         doc = nlp(caption)

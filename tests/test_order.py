@@ -7,15 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from datagen.__main__ import main
-from datagen.negatives.pipeline import run_generate
+from compclip.datagen.__main__ import main
+from compclip.datagen.negatives.pipeline import run_generate
 from compclip.shardset.order import OrderMismatch, permutation, shuffled, shuffled_order
 from compclip.shardset.schema import ShardSample
 from compclip.shardset.shards import ShardSetWriter, iter_raw_samples, read_image_ids, read_manifest, shard_urls
 from compclip.shardset.shuffle import shuffle_shard_set
-from datagen.world import write_object_bank
-from datagen.images.stitch import write_stitched
-from datagen.negatives.pipeline import GenerateOptions, run_generate
+from compclip.datagen.world import write_object_bank
+from compclip.datagen.images.stitch import write_stitched
+from compclip.datagen.negatives.pipeline import GenerateOptions, run_generate
 from tests.fixtures.faults import Killed, killed_after
 
 TINY_JPEG = b"\xff\xd8\xff\xe0 not decoded by the shard writer or verify_shard_set"

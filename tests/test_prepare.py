@@ -13,18 +13,18 @@ import pytest
 import torch
 from PIL import Image
 
-from datagen.__main__ import main
+from compclip.datagen.__main__ import main
 from compclip.shardset.imageio import BadImage
 from compclip.shardset.order import shuffled
-from datagen.prepare.coco import prepare_coco
-from datagen.prepare.imagefiles import ImageFiles, MissingImage
-from datagen.prepare.labels import PairLabeller
-from datagen.prepare.trohn import RowError, prepare_trohn
+from compclip.datagen.prepare.coco import prepare_coco
+from compclip.datagen.prepare.imagefiles import ImageFiles, MissingImage
+from compclip.datagen.prepare.labels import PairLabeller
+from compclip.datagen.prepare.trohn import RowError, prepare_trohn
 from compclip.shardset.schema import ShardSample
 from compclip.shardset.shards import (KeyIndex, iter_raw_samples, read_image_ids, read_manifest, shard_urls,
                             verify_shard_set)
-from trainer.compose import Composer
-from trainer.data import DataError, check_features, resolve_sources
+from compclip.trainer.compose import Composer
+from compclip.trainer.data import DataError, check_features, resolve_sources
 from tests.fixtures.faults import Killed, killed_after
 
 CAPTIONS = ["A man riding a brown horse on the beach.", "A red bus parked next to a tall building.",

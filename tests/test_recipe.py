@@ -1,7 +1,7 @@
 """Recipe schema: valid files load, and every kind of mistake fails with one line naming it."""
 import pytest
 
-from trainer.recipe import Recipe, RecipeError, load_recipe
+from compclip.trainer.recipe import Recipe, RecipeError, load_recipe
 
 GOOD = """
 name: t

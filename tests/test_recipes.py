@@ -23,9 +23,9 @@ import pytest
 
 from compclip.shardset.schema import SUBKINDS, Negative, Neighbour, Partner, ShardSample
 from compclip.shardset.shards import KeyIndex, ShardSetWriter
-from trainer import train
+from compclip.trainer import train
 from tests.fixtures.trainer_data import COLOURS, scene_jpeg, train_in_process
-from trainer.recipe import Recipe, load_recipe
+from compclip.trainer.recipe import Recipe, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
@@ -167,7 +167,7 @@ def pool_size(recipe: Recipe, with_generated_partner: bool) -> int:
 
 @pytest.mark.parametrize("path", RECIPES, ids=_ids(RECIPES))
 def test_recipe_validates_and_names_what_exists(path):
-    from eval.registry import list_benchmarks
+    from compclip.eval.registry import list_benchmarks
     recipe = load_recipe(path)
     known = set(list_benchmarks())
     assert set(recipe.eval.benchmarks) <= known, f"unknown benchmarks {set(recipe.eval.benchmarks) - known}"

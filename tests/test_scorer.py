@@ -2,8 +2,8 @@
 import torch
 from PIL import Image
 
-from datagen.negatives.base import is_new_negative, normalise, register_negative
-from eval.scorer import OpenClipScorer, Scorer, TextScorer
+from compclip.datagen.negatives.base import is_new_negative, normalise, register_negative
+from compclip.eval.scorer import OpenClipScorer, Scorer, TextScorer
 import pytest
 
 

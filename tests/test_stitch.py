@@ -9,7 +9,7 @@ from PIL import Image, ImageDraw
 
 from compclip.shardset.schema import ShardSample
 from compclip.shardset.shards import iter_raw_samples, read_manifest, shard_urls, verify_shard_set
-from datagen.images.stitch import article, load_object_bank, make_pair, object_name, write_stitched
+from compclip.datagen.images.stitch import article, load_object_bank, make_pair, object_name, write_stitched
 from tests.fixtures.faults import Killed, killed_after
 
 COLOURS = {"red_circle": (255, 0, 0), "green_square": (0, 255, 0), "blue_circle": (0, 0, 255),
@@ -169,7 +169,7 @@ def test_killed_run_resumes_byte_identical(bank_dir, tmp_path):
 
 
 def test_real_world_object_bank(tmp_path):
-    world = pytest.importorskip("datagen.world")
+    world = pytest.importorskip("compclip.datagen.world")
     if not hasattr(world, "write_object_bank"):
         pytest.skip("datagen.world has no write_object_bank yet")
     files = world.write_object_bank(tmp_path / "bank", 48, 0)
@@ -186,7 +186,7 @@ def test_cli_stitch_writes_a_verified_set(bank_dir, tmp_path, repo_root):
     import subprocess
     import sys
     out = tmp_path / "cli"
-    run = subprocess.run([sys.executable, "-m", "datagen", "stitch", "--bank", str(bank_dir),
+    run = subprocess.run([sys.executable, "-m", "compclip.datagen", "stitch", "--bank", str(bank_dir),
                           "--out", str(out), "--n", "6", "--canvas", "64x48", "--relations", "above",
                           "--max-count", "4"], cwd=repo_root, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
@@ -196,7 +196,7 @@ def test_cli_stitch_writes_a_verified_set(bank_dir, tmp_path, repo_root):
 
 
 def test_cli_stitch_errors_are_one_line(bank_dir, tmp_path, capsys):
-    from datagen.__main__ import main
+    from compclip.datagen.__main__ import main
     (tmp_path / "empty").mkdir()
     for bank, says in ((tmp_path / "nope", "nope: no such folder; give a folder of object images (--bank)"),
                        (tmp_path / "empty", "empty: no object images (.png, .jpg, ...) in this folder")):
@@ -217,7 +217,7 @@ def test_cli_stitch_errors_are_one_line(bank_dir, tmp_path, capsys):
 
 def test_cli_stitch_refuses_a_changed_canvas_on_resume(bank_dir, tmp_path, capsys):
     """A killed 128 px run resumed with --canvas 64 must not mix 64 px shards into the set."""
-    from datagen.__main__ import main
+    from compclip.datagen.__main__ import main
     out = tmp_path / "o"
     args = ["stitch", "--bank", str(bank_dir), "--out", str(out), "--n", "6", "--max-count", "2"]
     with pytest.raises(Killed), killed_after(3):
@@ -239,7 +239,7 @@ def test_cli_stitch_refuses_a_changed_canvas_on_resume(bank_dir, tmp_path, capsy
 
 
 def test_cli_stitch_shows_progress_unless_quiet(bank_dir, tmp_path, capsys):
-    from datagen.__main__ import main
+    from compclip.datagen.__main__ import main
     args = ["stitch", "--bank", str(bank_dir), "--n", "5", "--canvas", "32"]
     assert main(args + ["--out", str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err

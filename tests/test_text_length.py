@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from models import load_model
-from models.text_length import enable_text_trimming, text_length, why_not_trimmable
+from compclip.models import load_model
+from compclip.models.text_length import enable_text_trimming, text_length, why_not_trimmable
 
 CAPTIONS = ["a dog", "two men riding horses on a beach at sunset while a kite flies above them!",
             "a red square left of a blue square", "wow! a cat ! sitting on a mat"]

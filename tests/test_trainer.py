@@ -8,7 +8,7 @@ import open_clip
 import pytest
 import torch
 
-from trainer import train
+from compclip.trainer import train
 from tests.fixtures.trainer_data import train_in_process as run, write_fixture_shards
 
 RECIPE = """
@@ -50,9 +50,9 @@ def fake_eval(monkeypatch):
         sims = (img @ txt.T)[0]
         return {f"{b}/acc": float(sims[0] > sims[1]) for b in benchmarks} | {"fake/margin": float(sims[0] - sims[1])}
 
-    module = types.ModuleType("eval.api")
+    module = types.ModuleType("compclip.eval.api")
     module.evaluate = evaluate
-    monkeypatch.setitem(sys.modules, "eval.api", module)
+    monkeypatch.setitem(sys.modules, "compclip.eval.api", module)
     return calls
 
 
@@ -69,9 +69,9 @@ def test_recipe_shards_mismatch_exits_2_naming_set_and_key(recipe, shards, capsy
 
 
 def test_missing_eval_api_fails_before_training(recipe, tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "eval.api", None)  # import fails
+    monkeypatch.setitem(sys.modules, "compclip.eval.api", None)  # import fails
     assert run([recipe, "eval.benchmarks=[fake]"]) == 2
-    assert "eval.api" in capsys.readouterr().err
+    assert "compclip.eval.api" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
 
 
@@ -116,8 +116,8 @@ def test_too_few_samples_for_a_step_exits_2(recipe, capsys):
 def test_accumulation_with_feature_cache_equals_big_batch(tmp_path, shards):
     """accum_steps=2 x batch 4 gives the same loss and gradients as batch 8 on the same 8 samples."""
     import copy
-    from trainer.recipe import load_recipe
-    from trainer.data import resolve_sources
+    from compclip.trainer.recipe import load_recipe
+    from compclip.trainer.data import resolve_sources
     path = tmp_path / "r.yaml"
     path.write_text(RECIPE.format(shards=shards, out=tmp_path / "runs"))
     results = []
@@ -165,7 +165,7 @@ def test_end_to_end_with_the_real_eval_api(recipe, tmp_path):
     """The real eval.api on tests.fixtures.eval_data's tiny data root: metrics land in TensorBoard."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     synthetic = pytest.importorskip("tests.fixtures.eval_data")
-    pytest.importorskip("eval.api")
+    pytest.importorskip("compclip.eval.api")
     root = synthetic.make_data_root(tmp_path / "bench")
     assert run([recipe, "eval.benchmarks=[sugarcrepe, visla]", f"eval.data_root={root}", "schedule.epochs=1",
                 "checkpoint.best_metric=eval/sugarcrepe/macro"]) == 0
@@ -182,8 +182,8 @@ def test_end_to_end_with_the_real_eval_api(recipe, tmp_path):
 @pytest.mark.slow
 def test_compiled_model_trains_a_step_like_the_eager_one(tmp_path, shards):
     """model.compile: one optimiser step on the same batch gives the eager loss and parameters."""
-    from trainer.data import resolve_sources
-    from trainer.recipe import load_recipe
+    from compclip.trainer.data import resolve_sources
+    from compclip.trainer.recipe import load_recipe
     path = tmp_path / "r.yaml"
     path.write_text(RECIPE.format(shards=shards, out=tmp_path / "runs"))
     results = []

@@ -4,8 +4,8 @@ import random
 import pytest
 import torch
 
-from trainer.compose import Composer
-from trainer.data import DataError, ShardStream, check_features, make_loader, resolve_sources
+from compclip.trainer.compose import Composer
+from compclip.trainer.data import DataError, ShardStream, check_features, make_loader, resolve_sources
 from tests.fixtures.trainer_data import write_fixture_shards
 
 
@@ -227,7 +227,7 @@ def test_mixed_features_are_asked_only_of_sources_that_carry_them(shards, mix):
 def test_uint8_from_workers_normalised_on_the_device_equals_the_float_transform(micro_model, shards):
     """split_normalize + DeviceNormalize: the model sees exactly open_clip's transform's floats."""
     from compclip.shardset.shards import iter_raw_samples, shard_urls
-    from trainer.transforms import split_normalize
+    from compclip.trainer.transforms import split_normalize
     samples = list(iter_raw_samples(shard_urls(shards["plain"])[0]))[:4]
     for transform in (micro_model.preprocess, micro_model.preprocess_train):
         cpu_part, normalize = split_normalize(transform)
@@ -317,7 +317,7 @@ def test_by_subkind_draws_a_subkind_first(micro_model, tmp_path):
 
 
 def test_padding_fraction_counts_missing_anchor_and_partner_columns():
-    from trainer.data import padding_fraction
+    from compclip.trainer.data import padding_fraction
     assert padding_fraction([0, 1, 2, 5], per_image=1) == 0.25
     assert padding_fraction([0, 1, 2, 5], per_image=2) == 3 / 8
     # 3 samples x (1 anchor column + half a partner column): 1 + 0.5 missing of 4.5
@@ -329,7 +329,7 @@ def test_padding_fraction_counts_missing_anchor_and_partner_columns():
 def test_padding_warning_above_one_percent(tmp_path, without, warned):
     """150 samples with one swap each but `without` of them: 0.7 % padding is quiet, 1.3 % warns."""
     from compclip.shardset.schema import Negative
-    from trainer.data import padding_warning
+    from compclip.trainer.data import padding_warning
     from tests.fixtures.trainer_data import write_negative_shards
     negatives = [[] if i < without else [Negative(f"neg {i}", "swap", "noun"), Negative(f"r {i}", "replace", "obj")]
                  for i in range(150)]

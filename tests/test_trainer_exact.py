@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.compose import Composer
-from trainer.data import DataError, held_out, make_loader, resolve_sources
-from trainer.exact import ExactStream
+from compclip.trainer.compose import Composer
+from compclip.trainer.data import DataError, held_out, make_loader, resolve_sources
+from compclip.trainer.exact import ExactStream
 from tests.fixtures.trainer_data import write_fixture_shards
-from trainer.sample_index import CACHE, SampleIndex
+from compclip.trainer.sample_index import CACHE, SampleIndex
 
 
 @pytest.fixture(scope="module")

@@ -40,8 +40,8 @@ def recipe(tmp_path, shards):
 
 def test_exact_epochs_validate_and_select_the_best_on_validation(recipe, tmp_path, shards):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from trainer.data import held_out
-    from trainer.sample_index import SampleIndex
+    from compclip.trainer.data import held_out
+    from compclip.trainer.sample_index import SampleIndex
     assert run([recipe]) == 0
     run_dir = tmp_path / "runs" / "fid"
     lines = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
@@ -88,13 +88,13 @@ def test_a_run_folder_with_checkpoints_is_not_overwritten_silently(recipe, tmp_p
 
 
 def test_the_checkpoint_is_written_before_the_evaluation(recipe, tmp_path, monkeypatch, capsys):
-    module = types.ModuleType("eval.api")
+    module = types.ModuleType("compclip.eval.api")
 
     def evaluate(*args, **kwargs):
         raise RuntimeError("benchmark crashed")
 
     module.evaluate = evaluate
-    monkeypatch.setitem(sys.modules, "eval.api", module)
+    monkeypatch.setitem(sys.modules, "compclip.eval.api", module)
     assert run([recipe, "schedule.epochs=1", "eval.benchmarks=[fake]", "eval.data_root=/nowhere"]) == 3
     assert capsys.readouterr().err.strip().splitlines()[-1] == "error: benchmark crashed"  # a fault, one line
     ckpts = tmp_path / "runs" / "fid" / "checkpoints"
@@ -112,7 +112,7 @@ def test_the_checkpoint_is_written_before_the_evaluation(recipe, tmp_path, monke
 
 
 def test_missing_evaluation_data_is_listed_before_any_model_loads(recipe, tmp_path, monkeypatch, capsys):
-    module = types.ModuleType("eval.api")
+    module = types.ModuleType("compclip.eval.api")
 
     class MissingData(ValueError):
         pass
@@ -122,9 +122,9 @@ def test_missing_evaluation_data_is_listed_before_any_model_loads(recipe, tmp_pa
 
     module.MissingData, module.check_data = MissingData, check_data
     module.evaluate = lambda *a, **k: pytest.fail("no evaluation may run")
-    monkeypatch.setitem(sys.modules, "eval.api", module)
-    import models
-    monkeypatch.setattr("trainer.loop.load_model", lambda *a, **k: pytest.fail("no model may load"))
+    monkeypatch.setitem(sys.modules, "compclip.eval.api", module)
+    from compclip import models
+    monkeypatch.setattr("compclip.trainer.loop.load_model", lambda *a, **k: pytest.fail("no model may load"))
     assert models is not None
     assert run([recipe, "eval.benchmarks=[visla, aro]", "eval.data_root=/empty"]) == 2
     err = capsys.readouterr().err
@@ -141,9 +141,9 @@ def test_training_images_in_an_evaluation_set_refuse_to_start(tmp_path, monkeypa
     fake = types.ModuleType("compclip.shardset.benchmark_ids")
     fake.benchmark_coco_ids = lambda benchmarks, root: {"retrieval": {1, 2, 105, 107, 115}, "visla": {3}}
     monkeypatch.setitem(sys.modules, "compclip.shardset.benchmark_ids", fake)
-    api = types.ModuleType("eval.api")
+    api = types.ModuleType("compclip.eval.api")
     api.evaluate = lambda *a, **k: {"retrieval/coco/i2t_r1": 0.5}
-    monkeypatch.setitem(sys.modules, "eval.api", api)
+    monkeypatch.setitem(sys.modules, "compclip.eval.api", api)
     path = tmp_path / "r.yaml"
     path.write_text(RECIPE.format(shards=shards, out=tmp_path / "runs"))
     args = [path, "eval.benchmarks=[retrieval, visla]", "eval.data_root=/b", "data.val_fraction=0",
@@ -172,7 +172,7 @@ def test_the_real_eval_check_lists_every_missing_benchmark(recipe, tmp_path, cap
 
 
 def test_exact_sampling_of_bare_tars_is_refused_before_any_model_loads(recipe, shards, capsys, monkeypatch):
-    monkeypatch.setattr("trainer.loop.load_model", lambda *a, **k: pytest.fail("no model may load"))
+    monkeypatch.setattr("compclip.trainer.loop.load_model", lambda *a, **k: pytest.fail("no model may load"))
     assert run([recipe, f'data.train_shards=["{shards}/shard-{{000000..000004}}.tar"]']) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "need a shard-set folder" in err

@@ -16,7 +16,7 @@ import psutil
 import pytest
 import torch
 
-import models.registry  # noqa: F401  (the tiny architectures, for open_clip in this process)
+import compclip.models.registry  # noqa: F401  (the tiny architectures, for open_clip in this process)
 from tests.fixtures.trainer_data import write_fixture_shards
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,8 +1,8 @@
 """AdamW groups follow the CLIP conventions; warmup + cosine schedule."""
 import pytest
 
-from trainer.optim import build_optimizer, lr_factor
-from trainer.recipe import OptimConfig, ScheduleConfig
+from compclip.trainer.optim import build_optimizer, lr_factor
+from compclip.trainer.recipe import OptimConfig, ScheduleConfig
 
 
 def _groups(model, **cfg):

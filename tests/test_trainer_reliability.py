@@ -41,9 +41,9 @@ def fake_eval(monkeypatch):
         sims = (img @ txt.T)[0]
         return {f"{b}/acc": float(sims[0] > sims[1]) for b in benchmarks} | {"fake/margin": float(sims[0] - sims[1])}
 
-    module = types.ModuleType("eval.api")
+    module = types.ModuleType("compclip.eval.api")
     module.evaluate = evaluate
-    monkeypatch.setitem(sys.modules, "eval.api", module)
+    monkeypatch.setitem(sys.modules, "compclip.eval.api", module)
 
 
 def run_dir(tmp_path) -> Path:
@@ -99,7 +99,7 @@ def test_rerun_after_a_crash_resumes_with_one_point_per_step(recipe, tmp_path, f
 
 
 def test_paper_recipes_and_the_slurm_script_resume_by_default(repo_root):
-    from trainer.recipe import load_recipe
+    from compclip.trainer.recipe import load_recipe
     for name in PAPER_RECIPES:
         c = load_recipe(repo_root / "recipes" / f"{name}.yaml").checkpoint
         assert c.resume == "auto" and c.every_minutes > 0, name
@@ -298,7 +298,7 @@ def test_disk_full_during_a_checkpoint_is_one_line_and_keeps_the_previous(recipe
     import shutil as shutil_module
 
     import torch
-    from trainer import checkpointing
+    from compclip.trainer import checkpointing
     ckpts = run_dir(tmp_path) / "checkpoints"
     real_save, real_usage = torch.save, shutil_module.disk_usage
 
@@ -326,7 +326,7 @@ def test_disk_full_during_a_checkpoint_is_one_line_and_keeps_the_previous(recipe
 
 def test_too_little_space_for_the_next_checkpoint_is_found_before_writing(recipe, tmp_path, capsys, monkeypatch):
     import shutil as shutil_module
-    from trainer import checkpointing
+    from compclip.trainer import checkpointing
     ckpts = run_dir(tmp_path) / "checkpoints"
     real_usage = shutil_module.disk_usage
 
@@ -374,7 +374,7 @@ def test_eval_metrics_on_stderr_and_checkpoints_last_on_stdout(recipe, tmp_path,
 
 def test_python_m_trainer_is_train_py_and_help_is_fast(recipe):
     times, outputs = [], []
-    for argv in (["-m", "trainer"], ["trainer/train.py"]):
+    for argv in (["-m", "compclip.trainer"], ["trainer/train.py"]):
         start = time.perf_counter()
         out = subprocess.run([sys.executable, *argv, "--help"], cwd=ROOT, capture_output=True, text=True)
         times.append(time.perf_counter() - start)
@@ -382,7 +382,7 @@ def test_python_m_trainer_is_train_py_and_help_is_fast(recipe):
         outputs.append(out.stdout)
     assert max(times) < 2.0, times
     assert outputs[0] == outputs[1] and "(default: False)" in outputs[0] and "--check" in outputs[0]
-    check = subprocess.run([sys.executable, "-m", "trainer", str(recipe), "--check"], cwd=ROOT,
+    check = subprocess.run([sys.executable, "-m", "compclip.trainer", str(recipe), "--check"], cwd=ROOT,
                            capture_output=True, text=True)
     assert check.returncode == 0 and "pre-flight checks passed" in check.stderr, check.stderr
 

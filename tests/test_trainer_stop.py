@@ -19,8 +19,8 @@ from tests.fixtures.trainer_data import train_in_process as run
 from tests.test_trainer import shards  # noqa: F401 (a fixture)
 from tests.test_trainer_reliability import fake_eval, recipe  # noqa: F401 (fixtures)
 from compclip import runlock
-from trainer import loop
-from trainer.recipe import RecipeError, load_recipe
+from compclip.trainer import loop
+from compclip.trainer.recipe import RecipeError, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -306,5 +306,5 @@ def test_slurm_script_stops_at_a_failed_pre_flight(tmp_path):
 
 
 def test_the_scripts_stop_code_is_the_trainers():
-    from trainer.stopsignals import EXIT_STOPPED
+    from compclip.trainer.stopsignals import EXIT_STOPPED
     assert f"stopped_code={EXIT_STOPPED} " in (ROOT / "launch" / "slurm_train.sh").read_text()

@@ -166,7 +166,7 @@ def test_deepspeed_reads_its_checkpoint_files_through_the_safe_loader(tmp_path):
     from deepspeed.runtime.fp16.loss_scaler import LossScaler
     from deepspeed.runtime.zero.config import ZeroStageEnum
     from deepspeed.utils.tensor_fragment import fragment_address
-    from trainer import safe_load
+    from compclip.trainer import safe_load
 
     class Engine:
         checkpoint_engine = TorchCheckpointEngine()
@@ -250,8 +250,8 @@ def test_keys_that_do_not_change_training_may_change_silently(copied, capsys):
 def test_an_allowed_recipe_change_takes_the_new_values_and_is_recorded(copied, capsys):
     """lr 1e-3 -> 5e-4 and 2 -> 3 epochs from step 8: the logged lr is the new lr on the new schedule."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from trainer.optim import lr_factor
-    from trainer.recipe import ScheduleConfig
+    from compclip.trainer.optim import lr_factor
+    from compclip.trainer.recipe import ScheduleConfig
     ckpts, recipe = copied
     assert run([recipe, "checkpoint.resume=auto", "schedule.epochs=3", "optim.lr=5.0e-4",
                 "checkpoint.allow_recipe_change=true"]) == 0
@@ -270,7 +270,7 @@ def test_an_allowed_recipe_change_takes_the_new_values_and_is_recorded(copied, c
 
 
 def test_training_and_free_keys_cover_every_recipe_key_once():
-    from trainer.recipe import FREE_KEYS, TRAINING_KEYS, Recipe, _known_keys, _under, is_training_key
+    from compclip.trainer.recipe import FREE_KEYS, TRAINING_KEYS, Recipe, _known_keys, _under, is_training_key
     known = _known_keys(Recipe)
     leaves = [k for k in known if not any(other.startswith(k + ".") for other in known)]
     assert [k for k in leaves if _under(k, TRAINING_KEYS) == _under(k, FREE_KEYS)] == []
@@ -302,7 +302,7 @@ def test_atomic_write_honours_the_umask(tmp_path, mask, mode):
 
 
 def test_checkpoints_manifests_and_sample_indexes_honour_the_umask(tmp_path, shards):
-    from trainer.sample_index import SampleIndex
+    from compclip.trainer.sample_index import SampleIndex
     with umask(0o002):
         folder = write_fixture_shards(tmp_path / "set", n=16, per_shard=8)
         SampleIndex.load(folder)
@@ -363,7 +363,7 @@ def test_an_image_above_datagens_pixel_limit_is_a_bad_sample_never_decoded(micro
     from PIL import Image, ImageFile
 
     from compclip.shardset.imageio import BadImage, decode_image
-    from trainer.compose import BadSample, Composer
+    from compclip.trainer.compose import BadSample, Composer
     data = big_png(13_000, 13_000)  # 169 M pixels, above PIL's limit (89.5 M), under twice it
     assert 13_000 * 13_000 > Image.MAX_IMAGE_PIXELS and len(data) < 1 << 20
     with pytest.raises(BadImage):

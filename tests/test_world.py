@@ -4,13 +4,13 @@ import random
 import numpy as np
 import pytest
 
-from datagen.world import (Obj, ParseError, PlacementError, Rel, Scene, Style, all_styles, describe,
+from compclip.datagen.world import (Obj, ParseError, PlacementError, Rel, Scene, Style, all_styles, describe,
                            object_masks, parse, random_scene, render_caption, render_scene,
                            satisfies, write_object_bank)
-from datagen.world.edits import KINDS, candidates, negatives
-from datagen.world.grammar import TEMPLATES
-from datagen.world.layout import MARGIN, SLOPE
-from datagen.world.vocab import COLOURS, RELATION_PHRASES, SHAPES
+from compclip.datagen.world.edits import KINDS, candidates, negatives
+from compclip.datagen.world.grammar import TEMPLATES
+from compclip.datagen.world.layout import MARGIN, SLOPE
+from compclip.datagen.world.vocab import COLOURS, RELATION_PHRASES, SHAPES
 
 
 def _scenes():
@@ -170,7 +170,7 @@ def test_object_bank(tmp_path):
 
 
 def test_cli_render(tmp_path, capsys):
-    from datagen.world.cli import main
+    from compclip.datagen.world.cli import main
     out = tmp_path / "x.png"
     assert main(["render", "a red circle above a blue star", "--out", str(out), "--seed", "2"]) == 0
     from PIL import Image
@@ -189,8 +189,8 @@ def test_spacy_rule_negatives_of_world_captions_parse_or_are_reported():
     swap negatives read on these captions (seeds 0-3 measured 68-70 %); asserted >= 50 %."""
     from collections import Counter
 
-    from datagen.negatives.rules import RuleNegativeGenerator
-    from datagen.world.grammar import random_style
+    from compclip.datagen.negatives.rules import RuleNegativeGenerator
+    from compclip.datagen.world.grammar import random_style
     rng = random.Random(0)
     captions = [describe(random_scene(rng, 2 + (i % 5 == 0)), random_style(rng)) for i in range(80)]
     size = 40

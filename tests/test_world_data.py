@@ -12,14 +12,14 @@ from PIL import Image
 from compclip.shardset.order import permutation
 from compclip.shardset.schema import ShardSample
 from compclip.shardset.shards import iter_raw_samples, shard_urls, verify_shard_set
-from datagen.world import Split, parse, satisfies
-from datagen.world.benchmarks import (BIVLC_COLUMNS, SUGARCREPE_PP_SUBSETS, SUGARCREPE_SUBSETS,
+from compclip.datagen.world import Split, parse, satisfies
+from compclip.datagen.world.benchmarks import (BIVLC_COLUMNS, SUGARCREPE_PP_SUBSETS, SUGARCREPE_SUBSETS,
                                       VISLA_GENERIC_HEADER, VISLA_SPATIAL_HEADER, BenchSizes)
-from datagen.world.cli import build, main
-from datagen.world.edits import mirror_scene
-from datagen.world.layout import Layout, Placed
-from datagen.world.scene import Obj
-from datagen.world.shards import write_train_set
+from compclip.datagen.world.cli import build, main
+from compclip.datagen.world.edits import mirror_scene
+from compclip.datagen.world.layout import Layout, Placed
+from compclip.datagen.world.scene import Obj
+from compclip.datagen.world.shards import write_train_set
 
 SCALE = 0.1
 TRAIN = 120
@@ -120,7 +120,7 @@ def test_a_rebuild_with_another_option_is_refused_before_touching_anything(world
 def test_resume_is_byte_identical(tmp_path, monkeypatch):
     split = Split.make(1)
     write_train_set(tmp_path / "full", 45, 1, split, with_negatives=True, shard_size=10, progress=False)
-    import datagen.world.shards as shards
+    import compclip.datagen.world.shards as shards
     real = shards.make_sample
 
     dies_at = int(permutation(45, 1)[33])  # the 34th sample written (seeded global order)
@@ -249,7 +249,7 @@ def test_aro_files(world):
 
 def test_large_vg_attribution_keeps_groups_of_at_least_25(tmp_path):
     """More items than colour pairs x 25 (e.g. --bench-scale 4): groups grow instead of failing."""
-    from datagen.world.benchmarks import _Builder, write_aro
+    from compclip.datagen.world.benchmarks import _Builder, write_aro
     b = _Builder(tmp_path, Split.make(0), seed=0, size=32, progress=False)
     (tmp_path / "aro").mkdir()
     write_aro(b, n_relation=0, n_attribution=800, n_order=0)

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from datagen.world.cli import build
-from eval.api import run
-from eval.scorer import OpenClipScorer
+from compclip.datagen.world.cli import build
+from compclip.eval.api import run
+from compclip.eval.scorer import OpenClipScorer
 
 BENCHMARKS = ["visla", "sugarcrepe", "sugarcrepe_pp", "bivlc", "aro"]
 

@@ -1,7 +1,7 @@
 """`python -m trainer RECIPE [key.sub=value ...]`: the same program as `trainer/train.py`."""
 import sys
 
-from trainer.train import main
+from compclip.trainer.train import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -53,9 +53,9 @@ from accelerate.utils import broadcast_object_list, gather_object
 
 from compclip.cli import InputError, RunFault, one_line
 from compclip.fileio import atomic_write, default_mode
-from models.checkpoint import (CheckpointMeta, CheckpointNotFound, latest_checkpoint, read_meta, resolve_checkpoint,
+from compclip.models.checkpoint import (CheckpointMeta, CheckpointNotFound, latest_checkpoint, read_meta, resolve_checkpoint,
                                save_checkpoint, sidecar_path)
-from trainer import safe_load
+from compclip.trainer import safe_load
 
 NAME = re.compile(r"^step-(\d+)\.pt$")
 LOW_SPACE = 64 << 20  # a failed write with less free space than this is taken as a full disk
@@ -341,7 +341,7 @@ def check_recipe(checkpoint: Path, recipe) -> dict:
     """The training keys (`trainer.recipe.TRAINING_KEYS`) whose value in the recipe recorded in the
     checkpoint's sidecar differs from `recipe`'s, as {key: [old, new]}. Any such change is an
     InputError naming every one, unless `checkpoint.allow_recipe_change`."""
-    from trainer.recipe import describe_changes, recipe_to_dict, training_changes
+    from compclip.trainer.recipe import describe_changes, recipe_to_dict, training_changes
     try:
         meta = read_meta(checkpoint)
     except ValueError:

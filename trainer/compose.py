@@ -52,7 +52,7 @@ from PIL import Image
 
 from compclip.shardset.schema import IMAGE_EXTS, Negative, SchemaError, ShardSample
 from compclip.shardset.shards import KeyIndex
-from trainer.batch import Batch
+from compclip.trainer.batch import Batch
 from compclip.errors import CompclipError
 
 

@@ -49,7 +49,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from compclip.shardset.shards import KEY_INDEX, MANIFEST, iter_raw_samples, read_manifest, shard_urls
 from compclip.errors import DataError
-from trainer.compose import BadSample, Composer, image_key, negative_allowed, stable_id
+from compclip.trainer.compose import BadSample, Composer, image_key, negative_allowed, stable_id
 
 MIN_SEEN_FOR_BAD_CHECK = 100
 PADDING_SAMPLES = 1000  # samples of each source read to estimate its share of padding columns
@@ -444,7 +444,7 @@ def make_loader(stream, workers: int, seed: int, epoch: int = 0, persistent: boo
     `persistent`: workers live across epochs (iterate the same loader once per epoch). Batches are
     pinned when a GPU is there, so the host-to-device copy can overlap compute. Workers ignore the
     stop signals (`trainer.stopsignals`): the main process acts on them."""
-    from trainer.stopsignals import ignore_in_worker
+    from compclip.trainer.stopsignals import ignore_in_worker
     return DataLoader(stream, batch_size=None, num_workers=workers, pin_memory=torch.cuda.is_available(),
                       persistent_workers=persistent and workers > 0,
                       worker_init_fn=ignore_in_worker if workers else None,

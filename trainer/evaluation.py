@@ -19,15 +19,15 @@ from typing import Callable
 import torch
 from torch import nn
 
-from eval.scorer import OpenClipScorer
-from trainer.recipe import EvalConfig
+from compclip.eval.scorer import OpenClipScorer
+from compclip.trainer.recipe import EvalConfig
 
 
 def check_available(cfg: EvalConfig) -> None:
     if not cfg.benchmarks:
         return
     try:
-        from eval.api import evaluate  # noqa: F401
+        from compclip.eval.api import evaluate  # noqa: F401
     except ImportError as err:
         raise ImportError(f"eval.benchmarks={cfg.benchmarks} but eval.api.evaluate cannot be imported ({err})") from None
 
@@ -36,9 +36,9 @@ def check_data(cfg: EvalConfig) -> None:
     """Raise DataError listing every missing benchmark file (no model is loaded)."""
     if not cfg.benchmarks:
         return
-    from trainer.data import DataError
+    from compclip.trainer.data import DataError
     try:
-        from eval.api import MissingData, check_data
+        from compclip.eval.api import MissingData, check_data
     except ImportError:
         return  # an eval package without the check: benchmarks fail when they are scored
     if not cfg.data_root:
@@ -69,7 +69,7 @@ def training_coco_ids(sources) -> set[int]:
     """The COCO image ids the training shard sets were built from (manifest key `image_ids`)."""
     from compclip.shardset.schema import SchemaError
     from compclip.shardset.shards import read_image_ids
-    from trainer.data import DataError
+    from compclip.trainer.data import DataError
     ids: set[int] = set()
     for src in sources:
         if src.directory:
@@ -97,7 +97,7 @@ def overlap_with_benchmarks(cfg: EvalConfig, sources) -> dict[str, int]:
 
 def evaluate_model(model: nn.Module, preprocess: Callable, tokenizer: Callable, cfg: EvalConfig,
                    device: torch.device, name: str, progress: bool = True) -> dict[str, float]:
-    from eval.api import evaluate
+    from compclip.eval.api import evaluate
     scorer = OpenClipScorer(model, preprocess, tokenizer, name=name, batch_size=cfg.batch_size, device=device)
     metrics = evaluate(scorer, list(cfg.benchmarks), cfg.data_root, dict(cfg.options), progress=progress)
     return {str(k): float(v) for k, v in metrics.items()}

@@ -29,9 +29,9 @@ from typing import Any, Iterator, Optional
 import numpy as np
 from torch.utils.data import IterableDataset
 
-from trainer.compose import BadSample, Composer
-from trainer.data import DataError, Source, carries_partner, check_bad, next_iteration, set_position
-from trainer.sample_index import SampleIndex
+from compclip.trainer.compose import BadSample, Composer
+from compclip.trainer.data import DataError, Source, carries_partner, check_bad, next_iteration, set_position
+from compclip.trainer.sample_index import SampleIndex
 
 
 @dataclass

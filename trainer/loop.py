@@ -33,15 +33,15 @@ import torch
 
 from compclip.cli import InputError, note
 from compclip.compat.torch import one_dim_logit_scale
-from models import CheckpointMeta, load_model
+from compclip.models import CheckpointMeta, load_model
 from compclip import runlock
-from trainer import checkpointing, evaluation, stopsignals, streams
-from trainer.data import make_loader
-from trainer.loss import ContrastiveLoss, Layout
-from trainer.monitor import Monitor, memory_mb
-from trainer.optim import build_optimizer, build_scheduler
-from trainer.recipe import Recipe, RecipeError, check_best_metric, describe_changes, recipe_to_dict
-from trainer.transforms import split_normalize
+from compclip.trainer import checkpointing, evaluation, stopsignals, streams
+from compclip.trainer.data import make_loader
+from compclip.trainer.loss import ContrastiveLoss, Layout
+from compclip.trainer.monitor import Monitor, memory_mb
+from compclip.trainer.optim import build_optimizer, build_scheduler
+from compclip.trainer.recipe import Recipe, RecipeError, check_best_metric, describe_changes, recipe_to_dict
+from compclip.trainer.transforms import split_normalize
 from compclip.errors import CompclipError
 
 OPTIMIZER_SETTINGS = ("lr", "initial_lr", "betas", "eps", "weight_decay")  # what a recipe sets per group

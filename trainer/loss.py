@@ -43,7 +43,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from trainer.batch import Batch
+from compclip.trainer.batch import Batch
 
 LAYOUT_FIELDS = ("text_to_image", "text_valid", "image_is_row", "negative_owner", "image_pair",
                  "image_ids", "text_hash")

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from trainer.recipe import OptimConfig, ScheduleConfig
+from compclip.trainer.recipe import OptimConfig, ScheduleConfig
 
 def no_weight_decay(name: str, param: nn.Parameter, exclude_embeddings: bool = False) -> bool:
     """open_clip's rule: gains, biases, norms and the logit scale are not decayed."""

@@ -26,7 +26,7 @@ import numpy as np
 
 from compclip.shardset.shards import read_manifest
 from compclip.fileio import atomic_write
-from trainer.compose import image_key, negative_allowed, stable_id
+from compclip.trainer.compose import image_key, negative_allowed, stable_id
 
 CACHE = "sample_index.npz"
 BLOCK = 512

@@ -16,12 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
-from trainer.compose import Composer
-from trainer.data import DataError, ShardStream, Source, carries_partner, held_out
-from trainer.exact import ExactStream
-from trainer.recipe import Recipe
-from trainer.sample_index import SampleIndex
-from trainer.transforms import split_normalize
+from compclip.trainer.compose import Composer
+from compclip.trainer.data import DataError, ShardStream, Source, carries_partner, held_out
+from compclip.trainer.exact import ExactStream
+from compclip.trainer.recipe import Recipe
+from compclip.trainer.sample_index import SampleIndex
+from compclip.trainer.transforms import split_normalize
 
 
 def require_folders(sources: list[Source], key: str) -> None:

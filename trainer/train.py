@@ -44,10 +44,10 @@ from pathlib import Path
 # Run as a script (`accelerate launch trainer/train.py RECIPE`, `python trainer/train.py`),
 # Python puts trainer/ first on sys.path: its modules (data.py, loss.py, transforms.py, ...)
 # would then shadow any top-level module of those names, so trainer/ comes off. The repository
-# root goes on instead, so `trainer`, `models`, `compclip` ... import from this checkout, not from
-# whatever copy is installed (an editable install of another checkout included). Imported as a
-# module (`python -m trainer`, `from trainer.train import main`), sys.path[0] is not trainer/;
-# only the root is put first. Not a change to any library (compclip.compat).
+# root goes on instead, so `compclip` (and through it `compclip.trainer`, `compclip.models`, ...)
+# imports from this checkout, not from whatever copy is installed (an editable install of another
+# checkout included). Imported as a module (`python -m compclip.trainer`), sys.path[0] is not
+# trainer/; only the root is put first. Not a change to any library (compclip.compat).
 ROOT = Path(__file__).resolve().parents[1]
 if sys.path and Path(sys.path[0]).resolve() == ROOT / "trainer":
     sys.path.pop(0)
@@ -64,9 +64,9 @@ _LOOP_NAMES = ("Trainer", "TrainingError", "make_accelerator", "using_deepspeed"
 def __getattr__(name: str):
     """`train.Trainer` and friends live in `trainer.loop`, imported on first use."""
     if name in _LOOP_NAMES:
-        from trainer import loop
+        from compclip.trainer import loop
         return getattr(loop, name)
-    raise AttributeError(f"module 'trainer.train' has no attribute '{name}'")
+    raise AttributeError(f"module 'compclip.trainer.train' has no attribute '{name}'")
 
 
 def one_line(err: BaseException) -> str:
@@ -85,8 +85,8 @@ def check_model(recipe) -> None:
     """`model.arch` is a known architecture and `model.pretrained` readable weights or one of its tags
     (`models.load.resolve_model`: nothing is built; a compclip checkpoint's sidecar must agree), a
     tag's weights in the local cache or fetchable (`models.load.tag_weights_problem`)."""
-    from models.load import ArchitectureMismatch, UnknownArchitecture, resolve_model, tag_weights_problem
-    from trainer.recipe import RecipeError
+    from compclip.models.load import ArchitectureMismatch, UnknownArchitecture, resolve_model, tag_weights_problem
+    from compclip.trainer.recipe import RecipeError
     m = recipe.model
     try:
         arch, weights = resolve_model(m.arch, m.pretrained)
@@ -124,7 +124,7 @@ def warn_padding(recipe, sources) -> None:
     """A warning line on stderr for each source whose first samples say that more than 1 % of its
     negative columns would be padding (`trainer.data.padding_warning`). With
     `data.visit_each_negative` every visit carries its negative: nothing to estimate."""
-    from trainer.data import carries_partner, padding_warning
+    from compclip.trainer.data import carries_partner, padding_warning
     n, d = recipe.negatives, recipe.data
     if not (n.per_image or n.per_partner) or d.visit_each_negative:
         return
@@ -140,9 +140,9 @@ def preflight(recipe):
     """Every check that needs no model (step 1 of the module docstring); raises on a problem.
     Returns (training sources, validation sources or None, overlap {benchmark: images})."""
     from compclip import runlock
-    from trainer import checkpointing, evaluation, streams
-    from trainer.data import DataError, check_features, resolve_sources
-    from trainer.recipe import RecipeError, check_best_metric
+    from compclip.trainer import checkpointing, evaluation, streams
+    from compclip.trainer.data import DataError, check_features, resolve_sources
+    from compclip.trainer.recipe import RecipeError, check_best_metric
     d = recipe.data
     check_model(recipe)
     check_best_metric(recipe)
@@ -196,18 +196,18 @@ def build_parser():
 
 
 def _train(args) -> int:
-    from trainer.recipe import load_recipe
+    from compclip.trainer.recipe import load_recipe
     recipe = load_recipe(args.recipe, args.overrides)
     sources, val_sources, overlap = preflight(recipe)
     if args.check:
         print(f"{args.recipe}: pre-flight checks passed", file=sys.stderr)
         return 0
-    from trainer import stopsignals
+    from compclip.trainer import stopsignals
     previous = stopsignals.install()
     try:
         return _fit(recipe, sources, val_sources, overlap)
     except RuntimeError as err:
-        from trainer.loop import collective_timed_out, collective_timeout_message
+        from compclip.trainer.loop import collective_timed_out, collective_timeout_message
         if not collective_timed_out(err):
             raise
         rank = int(os.environ.get("RANK", "0"))
@@ -218,9 +218,9 @@ def _train(args) -> int:
 
 def _fit(recipe, sources, val_sources, overlap) -> int:
     """Build the `Trainer` and run it; 0 when done, 75 when stopped by a signal after a checkpoint."""
-    from trainer.data import DataError
-    from trainer.loop import Stopped, Trainer, TrainingError
-    from trainer.stopsignals import EXIT_STOPPED
+    from compclip.trainer.data import DataError
+    from compclip.trainer.loop import Stopped, Trainer, TrainingError
+    from compclip.trainer.stopsignals import EXIT_STOPPED
     try:
         trainer = Trainer(recipe, sources, val_sources, overlap)
     except DataError as err:

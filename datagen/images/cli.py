@@ -8,12 +8,12 @@ import argparse
 from pathlib import Path
 
 from compclip.cli import InputError, comma_list
-from datagen.cliargs import (abs_path, check_model, check_shard_set, load_scorer, model_args, model_options, pin,
+from compclip.datagen.cliargs import (abs_path, check_model, check_shard_set, load_scorer, model_args, model_options, pin,
                              positive_int, scale_arg, shard_args, shard_options, size_arg)
 
 
 def _diffusers_backend(args):
-    from datagen.images.genimages import DiffusersBackend, tiny_pipeline
+    from compclip.datagen.images.genimages import DiffusersBackend, tiny_pipeline
     common = dict(steps=args.steps, guidance=args.guidance, size=args.size,
                   batch_size=args.batch_size, device=args.device)
     if args.model == "tiny":  # random weights: a smoke test, not real images
@@ -44,12 +44,12 @@ def cmd_stitch(args) -> dict:
                    "--backgrounds": abs_path(args.backgrounds), "--key-prefix": args.key_prefix,
                    "--seed": args.seed, **shard_options(args)},
         inputs=[args.backgrounds] + ([] if args.world_bank or args.nouns else [args.bank]))  # else made here
-    from datagen.images.stitch import write_stitched
+    from compclip.datagen.images.stitch import write_stitched
     if args.world_bank:
-        from datagen.world import write_object_bank
+        from compclip.datagen.world import write_object_bank
         write_object_bank(bank, args.world_bank, args.seed)
     elif args.nouns:
-        from datagen.images.genimages import write_generated_object_bank
+        from compclip.datagen.images.genimages import write_generated_object_bank
         write_generated_object_bank(_diffusers_backend(args), comma_list(args.nouns), bank, args.seed)
     return write_stitched(args.out, bank, args.n, args.seed, args.canvas, comma_list(args.relations),
                           args.scale, args.gap, args.ext, args.backgrounds,
@@ -65,7 +65,7 @@ def cmd_knn(args) -> dict:
                "--dtype": args.dtype, "--dup-threshold": args.dup_threshold,
                "--factory": args.factory, "--nprobe": args.nprobe, **model_options(args),
                **shard_options(args)}, inputs=[args.src])
-    from datagen.images.knn import run_knn
+    from compclip.datagen.images.knn import run_knn
     return run_knn(args.src, args.out, load_scorer(args), args.k, args.method, args.batch_size,
                    args.dtype, args.dup_threshold, args.factory, args.nprobe, args.work_dir,
                    args.max_count, args.max_bytes, args.workers, progress=not args.quiet)
@@ -86,7 +86,7 @@ def cmd_genimages(args) -> dict:
         check_model(args)
         options.update(model_options(args))
     pin(args, options, inputs=[args.src])
-    from datagen.images.genimages import RendererBackend, write_generated
+    from compclip.datagen.images.genimages import RendererBackend, write_generated
     if args.backend == "renderer":
         backend = RendererBackend(size=args.size or 224)
     else:

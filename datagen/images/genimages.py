@@ -75,7 +75,7 @@ class RendererBackend:
     def __init__(self, size: int = 224, render: Optional[Callable] = None,
                  errors: Optional[tuple[type[Exception], ...]] = None):
         if render is None or errors is None:
-            import datagen.world as world  # imported lazily: only this backend needs it
+            import compclip.datagen.world as world  # imported lazily: only this backend needs it
             render = render or world.render_caption
             # outside the grammar, or contradictory (PlacementError): cannot be depicted
             errors = errors or tuple({world.ParseError, getattr(world, "PlacementError", world.ParseError)})

@@ -47,7 +47,7 @@ from compclip.shardset.order import inherited_order
 from compclip.shardset.schema import SchemaError
 from compclip.shardset.shards import (CARRIED_KEYS, KeyIndex, ShardSetWriter, iter_raw_samples,
                             read_manifest, shard_urls)
-from datagen.images.knn_selfjoin import self_join_topk, ties_by_id
+from compclip.datagen.images.knn_selfjoin import self_join_topk, ties_by_id
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def embed_shard_set(directory: str | Path, scorer, out_path: str | Path, batch_s
     `workers` DataLoader processes read, decode and preprocess the images (default
     `default_workers()`; 0: in this process); the result does not depend on it."""
     from compclip.cli import progress as bar_of
-    from datagen.images.knn_images import default_workers, image_loader
+    from compclip.datagen.images.knn_images import default_workers, image_loader
     out_path = Path(out_path)
     side = _sidecar(out_path)
     if side.is_file() and out_path.is_file():

@@ -6,7 +6,7 @@ filter), `language` (English or not), `lexicon` (the word lists of `data/lexicon
 `plausibility` (n-gram and Hugging Face scorers, the filter), `rules` (`RuleNegativeGenerator`),
 `llm` (`LLMNegativeGenerator`), `pipeline` (corpus runs to shards), `__main__` (CLI). Importing `datagen.negatives.rules` registers every rule function.
 """
-from datagen.negatives.base import NEGATIVE_FNS, NegativeFn, NegativeGenerator, register_negative
+from compclip.datagen.negatives.base import NEGATIVE_FNS, NegativeFn, NegativeGenerator, register_negative
 
 __all__ = ["NEGATIVE_FNS", "NegativeFn", "NegativeGenerator", "register_negative",
            "RuleNegativeGenerator", "LLMNegativeGenerator"]
@@ -14,9 +14,9 @@ __all__ = ["NEGATIVE_FNS", "NegativeFn", "NegativeGenerator", "register_negative
 
 def __getattr__(name: str):  # lazy: spaCy / transformers load only when a generator is asked for
     if name == "RuleNegativeGenerator":
-        from datagen.negatives.rules import RuleNegativeGenerator
+        from compclip.datagen.negatives.rules import RuleNegativeGenerator
         return RuleNegativeGenerator
     if name == "LLMNegativeGenerator":
-        from datagen.negatives.llm import LLMNegativeGenerator
+        from compclip.datagen.negatives.llm import LLMNegativeGenerator
         return LLMNegativeGenerator
     raise AttributeError(name)

@@ -32,8 +32,8 @@ from typing import Optional, Sequence
 
 from compclip.cli import (CommaList, InputError, add_subparsers, deprecated, exit_program, make_parser,
                           rename, run)
-from datagen.negatives.base import SPACY_MODEL
-from datagen.negatives.plausibility import DEFAULT_MARGIN, parse_margin
+from compclip.datagen.negatives.base import SPACY_MODEL
+from compclip.datagen.negatives.plausibility import DEFAULT_MARGIN, parse_margin
 
 PROG = "python -m datagen negatives"
 OLD_PROG = "python -m datagen.negatives"
@@ -60,15 +60,15 @@ def _src_out(args: argparse.Namespace) -> tuple[str, str]:
 
 def _generate(args: argparse.Namespace) -> int:
     src, out = _src_out(args)
-    from datagen.negatives.rules import select_kinds
+    from compclip.datagen.negatives.rules import select_kinds
     select_kinds(args.kinds or None, args.rules)  # an unknown kind is refused before any work
     if args.rules == "negclip" and (args.lm_model or args.no_plausibility):
         raise InputError("generate: --rules negclip has no plausibility filter (NegCLIP's script had "
                          "none); drop --lm-model / --no-plausibility")
-    from datagen.negatives.pipeline import GenerateOptions, run_generate
+    from compclip.datagen.negatives.pipeline import GenerateOptions, run_generate
     images = None
     if args.images:
-        from datagen.prepare.imagefiles import ImageFiles
+        from compclip.datagen.prepare.imagefiles import ImageFiles
         images = ImageFiles(args.images)
     options = GenerateOptions(
         kinds=args.kinds or None, mode=args.mode, cap=args.cap, seed=args.seed, workers=args.workers,
@@ -85,7 +85,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from datagen import audit
+    from compclip.datagen import audit
     sugarcrepe = audit.load_sugarcrepe(args.sugarcrepe)  # bad input stops before the model loads
     coverage = coverage_kind = None
     if args.ours:
@@ -115,7 +115,7 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _judged(args: argparse.Namespace) -> int:
-    from datagen import audit
+    from compclip.datagen import audit
     rows = ["| file | kind | n | grammatical % | different % | plausible % | all three % |",
             "|---|---|---:|---:|---:|---:|---:|"]
     for path in args.files:

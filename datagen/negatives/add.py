@@ -39,14 +39,14 @@ from __future__ import annotations
 import random
 from functools import lru_cache
 
-import datagen.negatives.lexicon as lexicon
-from datagen.negatives.attributes import makes_unit, typical_adjectives
-from datagen.negatives.base import register_negative
-from datagen.negatives.guards import animacy, fits, place, subject_verb, verb_need
-from datagen.negatives.replace import vocab_or_builtin
-from datagen.negatives.swap import pick
-from datagen.negatives.text import article_for, insert_at, render, view
-from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, MASS_NOUNS,
+import compclip.datagen.negatives.lexicon as lexicon
+from compclip.datagen.negatives.attributes import makes_unit, typical_adjectives
+from compclip.datagen.negatives.base import register_negative
+from compclip.datagen.negatives.guards import animacy, fits, place, subject_verb, verb_need
+from compclip.datagen.negatives.replace import vocab_or_builtin
+from compclip.datagen.negatives.swap import pick
+from compclip.datagen.negatives.text import article_for, insert_at, render, view
+from compclip.datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, MASS_NOUNS,
                                      POSITION_NOUNS, crude_lemma, general_terms, is_part_noun,
                                      noun_roles, synonyms_among)
 from compclip.shardset.schema import Negative

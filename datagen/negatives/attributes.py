@@ -8,9 +8,9 @@ brown bear" for "a polar bear", "a wooden chair" for "a high chair") gives a neg
 """
 from __future__ import annotations
 
-import datagen.negatives.lexicon as lexicon
-from datagen.negatives.text import View
-from datagen.negatives.vocab import ATTRIBUTE_OF, crude_lemma
+import compclip.datagen.negatives.lexicon as lexicon
+from compclip.datagen.negatives.text import View
+from compclip.datagen.negatives.vocab import ATTRIBUTE_OF, crude_lemma
 
 # two words that make one thing ("hot dog", "teddy bear"): nothing goes between them; a single
 # word is always the first half of one ("teddy", "brief")

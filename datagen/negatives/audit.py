@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from datagen.negatives.base import normalise
+from compclip.datagen.negatives.base import normalise
 
 Pairs = list[tuple[str, str]]
 Encoder = Callable[[list[str]], np.ndarray]
@@ -71,7 +71,7 @@ def sugarcrepe_captions(directory: str | Path) -> list[str]:
 
 def ours_on_captions(captions: Sequence[str], seed: int = 0, kinds=None) -> dict[str, Pairs]:
     """Our rule negatives for `captions` (vocabulary mined from them), grouped by label."""
-    from datagen.negatives.rules import RuleNegativeGenerator
+    from compclip.datagen.negatives.rules import RuleNegativeGenerator
     groups: dict[str, Pairs] = defaultdict(list)
     for caption, negs in zip(captions, RuleNegativeGenerator(kinds=kinds).generate(captions, seed)):
         for n in negs:
@@ -83,7 +83,7 @@ def coverage(groups: dict[str, Pairs], n_captions: int) -> tuple[dict[str, float
     """(per kind:subkind, per kind) share of `n_captions` distinct captions that have at least
     one pair in `groups` (`ours_on_captions`' output), counted by the generator's own
     `datagen.negatives.base.Coverage`."""
-    from datagen.negatives.base import Coverage
+    from compclip.datagen.negatives.base import Coverage
     from compclip.shardset.schema import Negative
     per_caption: dict[str, list[Negative]] = defaultdict(list)
     for name, pairs in groups.items():

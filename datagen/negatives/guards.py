@@ -36,9 +36,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Optional
 
-import datagen.negatives.lexicon as lexicon
-from datagen.negatives.text import Chunk, View
-from datagen.negatives.vocab import POSITION_NOUNS
+import compclip.datagen.negatives.lexicon as lexicon
+from compclip.datagen.negatives.text import Chunk, View
+from compclip.datagen.negatives.vocab import POSITION_NOUNS
 
 SYMMETRIC = lexicon.words("symmetric_relations")
 ASYMMETRIC = lexicon.words("asymmetric_relations")
@@ -69,7 +69,7 @@ def _animacy() -> dict[str, str]:
 @lru_cache(maxsize=1 << 16)
 def animacy(word: str) -> Optional[str]:
     """"person", "animal", or None for a thing (plurals by crude lemma: "horses")."""
-    from datagen.negatives.vocab import crude_lemma
+    from compclip.datagen.negatives.vocab import crude_lemma
     table = _animacy()
     w = word.lower()
     return table.get(w) or table.get(crude_lemma(w))
@@ -79,7 +79,7 @@ def animacy(word: str) -> Optional[str]:
 def kind_of(word: str) -> Optional[str]:
     """The kind of thing `word` names (`swap_categories` over the hypernym lists: "food",
     "vehicle", "place" ...), by its crude lemma first, else as written; None if unknown."""
-    from datagen.negatives.vocab import crude_lemma
+    from compclip.datagen.negatives.vocab import crude_lemma
     table = lexicon.categories()
     return table.get(crude_lemma(word)) or table.get(word)
 
@@ -140,7 +140,7 @@ def subject_verb(v: View, c: Chunk, first: bool) -> Optional[int]:
 def place(word: str) -> bool:
     """A place or surroundings (`scenery`, or a place of `swap_categories`: kitchen, street,
     ocean ...), which is swapped only with another place."""
-    from datagen.negatives.vocab import crude_lemma
+    from compclip.datagen.negatives.vocab import crude_lemma
     lemma = crude_lemma(word)
     return (word in SCENERY or lemma in SCENERY
             or kind_of(word) == "place")

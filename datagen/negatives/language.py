@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-import datagen.negatives.lexicon as lexicon
+import compclip.datagen.negatives.lexicon as lexicon
 from compclip.compat.spacy import stop_words  # noqa: F401  (imported from here too)
 
 OTHER_LANGUAGES = ("de", "it", "es", "fr", "nl", "pt")

@@ -14,7 +14,7 @@ from importlib import resources
 
 @lru_cache(maxsize=1)
 def lexicon() -> dict:
-    text = resources.files("datagen.negatives").joinpath("data/lexicon.json").read_text("utf-8")
+    text = resources.files("compclip.datagen.negatives").joinpath("data/lexicon.json").read_text("utf-8")
     return json.loads(text)
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Iterable, Optional, Sequence
 
-from datagen.negatives.base import is_new_negative
-from datagen.negatives.text import skip_reason
+from compclip.datagen.negatives.base import is_new_negative
+from compclip.datagen.negatives.text import skip_reason
 from compclip.shardset.schema import SUBKINDS, Negative
 
 _TASK = {

@@ -35,7 +35,7 @@ import random
 from itertools import permutations
 from typing import Callable, Optional, Sequence
 
-from datagen.negatives.base import register_negative
+from compclip.datagen.negatives.base import register_negative
 from compclip.shardset.schema import Negative
 
 PLACEHOLDER = "123X456"  # the script's

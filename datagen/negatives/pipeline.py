@@ -56,17 +56,17 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from datagen.negatives.captions_io import CaptionItem, InputError, read_items
+from compclip.datagen.negatives.captions_io import CaptionItem, InputError, read_items
 from compclip.shardset.imageio import BadImage
-from datagen.negatives.base import Coverage
-from datagen.negatives.plausibility import DEFAULT_MARGIN
+from compclip.datagen.negatives.base import Coverage
+from compclip.datagen.negatives.plausibility import DEFAULT_MARGIN
 from compclip.shardset.order import order_for_input, shuffled
-from datagen.negatives.rules import SPACY_MODEL, RuleNegativeGenerator, check_spacy_model, select_kinds
-from datagen.negatives.text import view
-from datagen.negatives.vocab import Vocabulary
-from datagen.prepare.imagefiles import SKIP_CORRUPT, SKIP_MISSING, MissingImage
+from compclip.datagen.negatives.rules import SPACY_MODEL, RuleNegativeGenerator, check_spacy_model, select_kinds
+from compclip.datagen.negatives.text import view
+from compclip.datagen.negatives.vocab import Vocabulary
+from compclip.datagen.prepare.imagefiles import SKIP_CORRUPT, SKIP_MISSING, MissingImage
 from compclip.shardset.schema import Negative, ShardSample
-from datagen.outlock import hold
+from compclip.datagen.outlock import hold
 from compclip.shardset.shards import (INPUTS_KEY, MANIFEST, ShardSetWriter, check_features, check_inputs,
                             grouped, pin_inputs, read_manifest, summed_counts)
 
@@ -117,7 +117,7 @@ def _work(start: int, captions: list[str], parsed: Optional[list] = None) -> lis
 
 
 def _skip_reason(gen: RuleNegativeGenerator, caption: str) -> str:
-    from datagen.negatives.text import skip_reason
+    from compclip.datagen.negatives.text import skip_reason
     return skip_reason(caption, gen.max_words) or "unparsed"
 
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 import random
 from typing import Optional
 
-from datagen.negatives.base import register_negative
-from datagen.negatives.swap import pick
-from datagen.negatives.text import View, match_case, render, replace_at, view
-import datagen.negatives.lexicon as lexicon
-from datagen.negatives.attributes import makes_unit, typical_adjectives
-from datagen.negatives.guards import animacy, fits, kind_of, noun_class, place, subject_verb, verb_need
-from datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, MASS_NOUNS, PREP_STOP,
+from compclip.datagen.negatives.base import register_negative
+from compclip.datagen.negatives.swap import pick
+from compclip.datagen.negatives.text import View, match_case, render, replace_at, view
+import compclip.datagen.negatives.lexicon as lexicon
+from compclip.datagen.negatives.attributes import makes_unit, typical_adjectives
+from compclip.datagen.negatives.guards import animacy, fits, kind_of, noun_class, place, subject_verb, verb_need
+from compclip.datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, MASS_NOUNS, PREP_STOP,
                                      Vocabulary, builtin_vocabulary, crude_lemma, is_part_noun,
                                      noun_roles, verb_roles)
 from compclip.shardset.schema import Negative

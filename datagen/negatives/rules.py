@@ -36,15 +36,15 @@ import sys
 from collections import Counter
 from typing import Iterable, Optional, Sequence
 
-import datagen.negatives.add as add  # noqa: F401  (add, negclip, replace, swap: register the rule functions)
-import datagen.negatives.negclip as negclip
-import datagen.negatives.replace as replace  # noqa: F401
-import datagen.negatives.swap as swap
+import compclip.datagen.negatives.add as add  # noqa: F401  (add, negclip, replace, swap: register the rule functions)
+import compclip.datagen.negatives.negclip as negclip
+import compclip.datagen.negatives.replace as replace  # noqa: F401
+import compclip.datagen.negatives.swap as swap
 from compclip.compat.spacy import import_spacy, load_tagger  # noqa: F401  (import_spacy: imported from here too)
-from datagen.negatives.base import RULE_SETS, SPACY_MODEL
-from datagen.negatives.plausibility import DEFAULT_MARGIN, PlausibilityFilter
-from datagen.negatives.text import set_pos_table, skip_reason, view
-from datagen.negatives.vocab import Vocabulary
+from compclip.datagen.negatives.base import RULE_SETS, SPACY_MODEL
+from compclip.datagen.negatives.plausibility import DEFAULT_MARGIN, PlausibilityFilter
+from compclip.datagen.negatives.text import set_pos_table, skip_reason, view
+from compclip.datagen.negatives.vocab import Vocabulary
 from compclip.shardset.schema import SUBKINDS, Negative
 
 _NEGCLIP = frozenset(("swap", t) for t in swap.NEGCLIP_TYPES)
@@ -71,7 +71,7 @@ def check_spacy_model(model: str) -> None:
     folder, before any work: spaCy itself would say so only once the first captions are parsed."""
     import importlib.util
     from pathlib import Path
-    from datagen.negatives.captions_io import InputError
+    from compclip.datagen.negatives.captions_io import InputError
     if Path(model).is_dir():
         return
     try:
@@ -154,7 +154,7 @@ class RuleNegativeGenerator:
                 if not scorer.startswith("hf:"):
                     raise ValueError(f"plausibility must be 'ngram', 'hf:<model folder>', a scorer "
                                      f"or None, not '{scorer}'")
-                from datagen.negatives.plausibility import HFCausalLMScorer
+                from compclip.datagen.negatives.plausibility import HFCausalLMScorer
                 scorer = HFCausalLMScorer.from_pretrained(scorer[3:])
             self._filter = PlausibilityFilter(scorer, self.margin)
         return self._filter

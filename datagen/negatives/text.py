@@ -29,8 +29,8 @@ from functools import lru_cache
 from typing import Optional
 
 from compclip.compat.spacy import stop_words
-from datagen.negatives.base import normalise
-from datagen.negatives.language import is_english
+from compclip.datagen.negatives.base import normalise
+from compclip.datagen.negatives.language import is_english
 
 STOP_WORDS = frozenset(stop_words("en"))  # read as a plain module: importing spaCy costs ~0.7 s
 

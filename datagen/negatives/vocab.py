@@ -33,10 +33,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-import datagen.negatives.lexicon as lexicon
-from datagen.negatives.plausibility import NgramLM
-from datagen.negatives.scene import SceneModel
-from datagen.negatives.text import Chunk, View, crude_lemma  # noqa: F401 (crude_lemma: also read from here)
+import compclip.datagen.negatives.lexicon as lexicon
+from compclip.datagen.negatives.plausibility import NgramLM
+from compclip.datagen.negatives.scene import SceneModel
+from compclip.datagen.negatives.text import Chunk, View, crude_lemma  # noqa: F401 (crude_lemma: also read from here)
 
 # The word lists live in data/lexicon.json (see `datagen.negatives.lexicon`).
 SYNONYM_GROUPS = lexicon.synonym_groups()

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Optional
 
 from compclip.cli import InputError, add_subparsers, comma_list
-from datagen.cliargs import (abs_path, check_model, load_scorer, model_args, model_options, pin, positive_int,
+from compclip.datagen.cliargs import (abs_path, check_model, load_scorer, model_args, model_options, pin, positive_int,
                              quiet_arg, shard_args, shard_options)
-from datagen.negatives.base import SPACY_MODEL
+from compclip.datagen.negatives.base import SPACY_MODEL
 
 
 def _input_file(path: Optional[str], option: str) -> None:
@@ -19,7 +19,7 @@ def _input_file(path: Optional[str], option: str) -> None:
 
 
 def cmd_prepare_coco(args) -> dict:
-    from datagen.prepare.coco import default_base
+    from compclip.datagen.prepare.coco import default_base
     if (args.captions is None) == (args.karpathy is None):
         raise InputError("give exactly one caption source: --captions FILE (COCO 2017) or "
                          "--karpathy FILE (dataset_coco.json)")
@@ -50,7 +50,7 @@ def cmd_prepare_coco(args) -> dict:
             pin(args, stage1, captions, out=str(base))
     else:
         pin(args, stage1, captions)
-    from datagen.prepare.coco import prepare_coco
+    from compclip.datagen.prepare.coco import prepare_coco
     knn_options = {"method": args.method, "batch_size": args.batch_size, "dtype": args.dtype}
     return prepare_coco(args.out, args.images, captions=args.captions, karpathy=args.karpathy,
                         splits=comma_list(args.split), kinds=comma_list(args.negatives) or None,
@@ -72,7 +72,7 @@ def cmd_prepare_trohn(args) -> dict:
                "--images-root": abs_path(args.images_root), "--group": args.group,
                "--label": args.label, "--max-side": args.max_side, "--limit": args.limit,
                "--seed": args.seed, **shard_options(args)})  # the dataset's files: by prepare_trohn
-    from datagen.prepare.trohn import prepare_trohn
+    from compclip.datagen.prepare.trohn import prepare_trohn
     return prepare_trohn(args.dataset, args.out, args.images_root, split=args.split,
                          revision=args.revision, group=args.group, label=args.label,
                          skip_missing=args.skip_missing, max_side=args.max_side,
@@ -92,7 +92,7 @@ def cmd_prepare_cocobank(args) -> dict:
     _input_file(args.instances, "--instances")
     if not Path(args.images).is_dir():
         raise InputError(f"{args.images}: no such folder of images (--images)")
-    from datagen.prepare.exclude import benchmark_exclusion, sibling_val2017
+    from compclip.datagen.prepare.exclude import benchmark_exclusion, sibling_val2017
     exclusion = benchmark_exclusion(args.benchmarks_root, karpathy=args.karpathy_ref,
                                     val2017=args.val2017 or sibling_val2017(args.instances),
                                     keep=args.keep_benchmark_images)
@@ -100,7 +100,7 @@ def cmd_prepare_cocobank(args) -> dict:
                "--min-size": args.min_size, "--min-fill": args.min_fill,
                "--max-side": args.max_side, "--seed": args.seed,
                "benchmark images left out": exclusion.fingerprint()}, [args.instances], COCOBANK_RECORD)
-    from datagen.prepare.cocobank import write_coco_object_bank
+    from compclip.datagen.prepare.cocobank import write_coco_object_bank
     return write_coco_object_bank(args.instances, args.images, args.out, args.per_class,
                                   args.min_size, args.min_fill, args.max_side, args.seed,
                                   args.skip_missing, progress=not args.quiet, exclusion=exclusion)

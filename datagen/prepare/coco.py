@@ -32,11 +32,11 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
-from datagen.negatives.captions_io import CaptionItem, read_items
-from datagen.prepare.exclude import (DEFAULT_BENCHMARKS_ROOT, Exclusion, benchmark_exclusion,
+from compclip.datagen.negatives.captions_io import CaptionItem, read_items
+from compclip.datagen.prepare.exclude import (DEFAULT_BENCHMARKS_ROOT, Exclusion, benchmark_exclusion,
                                      pin_exclusion, sibling_val2017)
-from datagen.negatives.base import SPACY_MODEL
-from datagen.prepare.imagefiles import ImageFiles
+from compclip.datagen.negatives.base import SPACY_MODEL
+from compclip.datagen.prepare.imagefiles import ImageFiles
 from compclip.shardset.shards import is_complete, read_manifest, update_manifest
 
 
@@ -65,7 +65,7 @@ def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
     it is one); `val2017`: `captions_val2017.json` (default: one next to the input, if any).
     `one_caption_per_image`: only the first caption of each image, in the input's order, as
     NegCLIP's data script kept (`first_caption_per_image`)."""
-    from datagen.negatives.pipeline import GenerateOptions, run_generate
+    from compclip.datagen.negatives.pipeline import GenerateOptions, run_generate
     if (captions is None) == (karpathy is None):
         raise ValueError("give exactly one caption source: COCO captions JSON or Karpathy JSON")
     if knn and scorer_factory is None:
@@ -105,7 +105,7 @@ def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
 def _neighbours(stage1: Path, out_dir: str | Path, knn: int, scorer_factory, shard_size: int,
                 progress: bool, knn_options: Optional[dict], base) -> dict[str, Any]:
     """Stage 2: the complete stage-1 set with its images' `knn` neighbours -> `out_dir`."""
-    from datagen.images.knn import run_knn
+    from compclip.datagen.images.knn import run_knn
     total = sum(s["samples"] for s in read_manifest(stage1)["shards"])
     _say(progress, f"prepare coco: {knn} nearest neighbours of {total} images -> {out_dir}")
     manifest = run_knn(stage1, out_dir, scorer_factory(), k=knn, max_count=shard_size,

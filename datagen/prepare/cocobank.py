@@ -31,8 +31,8 @@ from typing import Any, Optional
 from PIL import Image, ImageDraw
 
 from compclip.shardset.imageio import BadImage, load_image_file
-from datagen.prepare.exclude import Exclusion
-from datagen.prepare.imagefiles import MissingImage
+from compclip.datagen.prepare.exclude import Exclusion
+from compclip.datagen.prepare.imagefiles import MissingImage
 from compclip.fileio import atomic_write
 
 COCO_IDS = "coco_ids.json"  # cut-out file name -> COCO image id

@@ -55,8 +55,8 @@ class PairLabeller:
     def __call__(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
         if not pairs:
             return []
-        from datagen.negatives.rules import load_nlp
-        from datagen.negatives.text import view
+        from compclip.datagen.negatives.rules import load_nlp
+        from compclip.datagen.negatives.text import view
         if self._nlp is None:
             self._nlp = load_nlp()
         texts = [t.strip() for pair in pairs for t in pair]

@@ -57,12 +57,12 @@ from typing import Any, Optional
 
 import numpy as np
 
-from datagen.negatives.captions_io import coco_id_of_file
+from compclip.datagen.negatives.captions_io import coco_id_of_file
 from compclip.shardset.imageio import BadImage
 from compclip.shardset.order import permutation, shuffled_order
-from datagen.prepare.exclude import DEFAULT_BENCHMARKS_ROOT, benchmark_exclusion, pin_exclusion
-from datagen.negatives.base import normalise
-from datagen.prepare.imagefiles import (SKIP_CORRUPT, SKIP_MISSING, ImageFiles, MissingImage,
+from compclip.datagen.prepare.exclude import DEFAULT_BENCHMARKS_ROOT, benchmark_exclusion, pin_exclusion
+from compclip.datagen.negatives.base import normalise
+from compclip.datagen.prepare.imagefiles import (SKIP_CORRUPT, SKIP_MISSING, ImageFiles, MissingImage,
                                         image_bytes)
 from compclip.shardset.schema import SUBKINDS, Negative, Partner, SchemaError, ShardSample
 from compclip.shardset.shards import ShardSetWriter, grouped, pin_inputs, summed_counts
@@ -261,7 +261,7 @@ def prepare_trohn(dataset: Any, out_dir: str | Path, images_root: str | Path, *,
                        "be grouped (one partner per sample)")
     mode = _label_mode(ds, label)
     if mode == "inferred" and labeller is None:
-        from datagen.prepare.labels import PairLabeller
+        from compclip.datagen.prepare.labels import PairLabeller
         labeller = PairLabeller()
     images = ImageFiles(images_root, max_side)
     units = Units(ds, group)

@@ -27,7 +27,7 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(f"datagen.world.{_WHERE[name]}"), name)
         globals()[name] = value
         return value
-    raise AttributeError(f"module 'datagen.world' has no attribute '{name}'")
+    raise AttributeError(f"module 'compclip.datagen.world' has no attribute '{name}'")
 
 
 def render_caption(caption: str, size: int = 64, seed: int = 0) -> "Image.Image":
@@ -36,8 +36,8 @@ def render_caption(caption: str, size: int = 64, seed: int = 0) -> "Image.Image"
     Raises ParseError (a ValueError naming the caption and the unreadable part) for captions
     outside the grammar, and PlacementError (also a ValueError) for contradictory ones.
     """
-    from datagen.world.grammar import parse
-    from datagen.world.render import render_scene
+    from compclip.datagen.world.grammar import parse
+    from compclip.datagen.world.render import render_scene
     image, _ = render_scene(parse(caption), size, seed)
     return image
 

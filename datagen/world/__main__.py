@@ -3,7 +3,7 @@ the same program as `python -m datagen world ...` (datagen/world/cli.py)."""
 import sys
 
 from compclip.cli import deprecated
-from datagen.world.cli import main
+from compclip.datagen.world.cli import main
 
 deprecated("python -m datagen.world", "python -m datagen world")
 sys.exit(main(prog="python -m datagen.world"))

@@ -13,10 +13,10 @@ from typing import Iterable
 
 from PIL import Image, ImageDraw
 
-from datagen.world.layout import Placed
-from datagen.world.render import BACKGROUNDS, SUPERSAMPLE, _draw, background
-from datagen.world.scene import Obj
-from datagen.world.vocab import COLOURS, SHAPES
+from compclip.datagen.world.layout import Placed
+from compclip.datagen.world.render import BACKGROUNDS, SUPERSAMPLE, _draw, background
+from compclip.datagen.world.scene import Obj
+from compclip.datagen.world.vocab import COLOURS, SHAPES
 
 BANK_RADIUS = 0.42  # object radius as a fraction of the canvas side
 

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from datagen.world.edits import Edited, negatives
-from datagen.world.grammar import Style, describe, paraphrase_style, random_style
-from datagen.world.layout import Layout, place, satisfies, union_box
-from datagen.world.render import draw_layout, encode
-from datagen.world.scene import Obj, Rel, Scene, random_scene
-from datagen.world.splits import Split
-from datagen.world.vocab import COLOURS, INVERSE, RELATION_PHRASES, SHAPES
+from compclip.datagen.world.edits import Edited, negatives
+from compclip.datagen.world.grammar import Style, describe, paraphrase_style, random_style
+from compclip.datagen.world.layout import Layout, place, satisfies, union_box
+from compclip.datagen.world.render import draw_layout, encode
+from compclip.datagen.world.scene import Obj, Rel, Scene, random_scene
+from compclip.datagen.world.splits import Split
+from compclip.datagen.world.vocab import COLOURS, INVERSE, RELATION_PHRASES, SHAPES
 
 VISLA_GENERIC_HEADER = ["filename", "caption", "second positive", "negative_caption"]
 VISLA_SPATIAL_HEADER = ["image", "sent1", "sent2", "Best reference (Semantically close)",

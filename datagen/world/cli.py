@@ -62,12 +62,12 @@ def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
     """Write everything for one seed under `out`; returns the run summary (also world.json).
     `shard_size`: samples per shard (`--max-count`)."""
     _check(train_size, size, partners, bench_scale, shard_size)
-    from datagen.outlock import hold
+    from compclip.datagen.outlock import hold
     from compclip.shardset.shards import pin_options
-    from datagen.world.bank import write_object_bank
-    from datagen.world.benchmarks import BenchSizes, write_benchmarks
-    from datagen.world.shards import PARTNERS, write_train_set
-    from datagen.world.splits import Split
+    from compclip.datagen.world.bank import write_object_bank
+    from compclip.datagen.world.benchmarks import BenchSizes, write_benchmarks
+    from compclip.datagen.world.shards import PARTNERS, write_train_set
+    from compclip.datagen.world.splits import Split
     out = Path(out)
     with hold(out):  # one writer at a time in `out`, released however the build ends
         options = pin_options(out, build_options(seed, train_size, size, negatives, partners,
@@ -135,7 +135,7 @@ def build_parser(prog: str = "python -m datagen world"):
 
 
 def _render(args) -> int:
-    from datagen.world import ParseError, render_caption
+    from compclip.datagen.world import ParseError, render_caption
     if args.size < MIN_SIZE:
         raise InputError(f"--size {args.size}: images need at least {MIN_SIZE} pixels a side")
     try:

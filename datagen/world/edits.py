@@ -12,11 +12,11 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from datagen.negatives.base import normalise
-from datagen.world.grammar import Style, describe
-from datagen.world.layout import Layout, satisfies
-from datagen.world.scene import Obj, Rel, Scene
-from datagen.world.vocab import COLOURS, RELATIONS, SHAPES, SIZES
+from compclip.datagen.negatives.base import normalise
+from compclip.datagen.world.grammar import Style, describe
+from compclip.datagen.world.layout import Layout, satisfies
+from compclip.datagen.world.scene import Obj, Rel, Scene
+from compclip.datagen.world.vocab import COLOURS, RELATIONS, SHAPES, SIZES
 
 KINDS: tuple[tuple[str, str], ...] = (
     ("swap", "att"), ("swap", "obj"), ("swap", "rel"),

@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass, replace
 
 from compclip.errors import CompclipError
-from datagen.world.scene import Obj, Rel, Scene
-from datagen.world.vocab import (ARTICLES, COLOURS, INVERSE, RELATION_PHRASES, SHAPES, SIZE_WORDS,
+from compclip.datagen.world.scene import Obj, Rel, Scene
+from compclip.datagen.world.vocab import (ARTICLES, COLOURS, INVERSE, RELATION_PHRASES, SHAPES, SIZE_WORDS,
                                  article)
 
 TEMPLATES = ("plain", "copula", "there")

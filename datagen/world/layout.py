@@ -13,8 +13,8 @@ import math
 import random
 from dataclasses import dataclass, replace
 
-from datagen.world.scene import Obj, Scene
-from datagen.world.vocab import COLOURS, INVERSE, RELATIONS, SIZE_RADIUS
+from compclip.datagen.world.scene import Obj, Scene
+from compclip.datagen.world.vocab import COLOURS, INVERSE, RELATIONS, SIZE_RADIUS
 from compclip.errors import CompclipError
 
 MARGIN = 0.12  # minimum centre separation along a relation's axis, as a fraction of the side
@@ -149,7 +149,7 @@ def _centre(p: Placed) -> tuple[float, float]:
 
 def layout_scene(layout: Layout) -> Scene:
     """The full scene an image shows: its objects and every relation that holds between them."""
-    from datagen.world.scene import Rel
+    from compclip.datagen.world.scene import Rel
     rels = tuple(Rel(i, rel, j) for i, rel, j in sorted(relations_between(layout)))
     return Scene(tuple(p.obj for p in layout.objects), rels)
 

@@ -14,8 +14,8 @@ import random
 import numpy as np
 from PIL import Image, ImageDraw
 
-from datagen.world.layout import Layout, Placed, place
-from datagen.world.scene import Scene
+from compclip.datagen.world.layout import Layout, Placed, place
+from compclip.datagen.world.scene import Scene
 
 SUPERSAMPLE = 2
 BACKGROUNDS = ("solid", "gradient", "blotches", "stripes")

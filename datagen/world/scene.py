@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from datagen.world.vocab import COLOURS, INVERSE, RELATIONS, SHAPES, SIZES
+from compclip.datagen.world.vocab import COLOURS, INVERSE, RELATIONS, SHAPES, SIZES
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,12 @@ from PIL import ImageOps
 from compclip.shardset.order import permutation, shuffled_order
 from compclip.shardset.schema import Negative, Partner, ShardSample
 from compclip.shardset.shards import ShardSetWriter, read_manifest
-from datagen.world.edits import mirror_scene, negatives as make_negatives
-from datagen.world.grammar import describe, random_style
-from datagen.world.layout import Layout, PlacementError, place, satisfies
-from datagen.world.render import draw_layout, encode
-from datagen.world.scene import Scene, random_scene
-from datagen.world.splits import Split
+from compclip.datagen.world.edits import mirror_scene, negatives as make_negatives
+from compclip.datagen.world.grammar import describe, random_style
+from compclip.datagen.world.layout import Layout, PlacementError, place, satisfies
+from compclip.datagen.world.render import draw_layout, encode
+from compclip.datagen.world.scene import Scene, random_scene
+from compclip.datagen.world.splits import Split
 
 SOURCE = "world"
 PARTNERS = ("generated", "mirrored")

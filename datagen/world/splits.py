@@ -14,9 +14,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from datagen.world.layout import Layout, mirrored, relations_between
-from datagen.world.scene import Obj, Rel, Scene, random_scene
-from datagen.world.vocab import COLOURS, SHAPES
+from compclip.datagen.world.layout import Layout, mirrored, relations_between
+from compclip.datagen.world.scene import Obj, Rel, Scene, random_scene
+from compclip.datagen.world.vocab import COLOURS, SHAPES
 
 SPLIT_FILE = "split.json"
 

@@ -27,11 +27,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, images_problem, read_text
-from eval.images import FileImage, resolve_files
-from eval.metrics import accuracy, argmax_correct, macro, option_scores, per_group
-from eval.registry import register_benchmark
-from eval import text_perturb
+from compclip.eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, images_problem, read_text
+from compclip.eval.images import FileImage, resolve_files
+from compclip.eval.metrics import accuracy, argmax_correct, macro, option_scores, per_group
+from compclip.eval.registry import register_benchmark
+from compclip.eval import text_perturb
 
 # Replicate ARO! VG-Relation, VG-Attribution.ipynb (mertyg/vision-language-models-are-bows @ 42dbb5e2)
 SYMMETRIC_RELATIONS = frozenset([

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 from compclip.errors import CompclipError, DataError
-from eval.cache import EmbeddingCache, as_cache
+from compclip.eval.cache import EmbeddingCache, as_cache
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def images_problem(benchmark: str, missing: list[str], dirs: list[Path], data_ro
 def changed_problems(benchmark: str, paths: list, data_root, download: Optional[str] = None) -> list[Problem]:
     """Problems for files that differ from their pinned sha256 or their recorded download checksum
     (`eval.checksums.changed`)."""
-    from eval import checksums
+    from compclip.eval import checksums
     root = Path(data_root)
     out = []
     for p in paths:

@@ -9,10 +9,10 @@ comparisons i2t_pos, i2t_neg, t2i_pos, t2i_neg, overall and per type and type/su
 """
 from __future__ import annotations
 
-from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, Problem
-from eval.images import DatasetImage
-from eval.metrics import accuracy, bivlc_correct, group_table
-from eval.registry import register_benchmark
+from compclip.eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, Problem
+from compclip.eval.images import DatasetImage
+from compclip.eval.metrics import accuracy, bivlc_correct, group_table
+from compclip.eval.registry import register_benchmark
 
 COLUMNS = ("image", "caption", "negative_caption", "negative_image", "type", "subtype")
 

@@ -31,14 +31,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from eval.benchmarks.aro import PARTS as ARO_PARTS, load_vg
-from eval.benchmarks.base import (Benchmark, BenchmarkResult, DataError, changed_problems, files_problem,
+from compclip.eval.benchmarks.aro import PARTS as ARO_PARTS, load_vg
+from compclip.eval.benchmarks.base import (Benchmark, BenchmarkResult, DataError, changed_problems, files_problem,
                                   images_problem, read_text)
-from eval.benchmarks.triplet import read_scpp_json
-from eval.benchmarks.visla import SUBSETS as VISLA_SUBSETS, TripletImages, read_visla, visla_file_problems
-from eval.images import FileImage
-from eval.metrics import accuracy, argmax_correct, option_scores, rowwise_sim
-from eval.registry import register_benchmark
+from compclip.eval.benchmarks.triplet import read_scpp_json
+from compclip.eval.benchmarks.visla import SUBSETS as VISLA_SUBSETS, TripletImages, read_visla, visla_file_problems
+from compclip.eval.images import FileImage
+from compclip.eval.metrics import accuracy, argmax_correct, option_scores, rowwise_sim
+from compclip.eval.registry import register_benchmark
 
 LEFT, RIGHT = "to the left of", "to the right of"
 POSITION_NOUNS = frozenset({"left", "right", "top", "bottom", "front", "back", "side", "middle",
@@ -165,7 +165,7 @@ class LeftRight(Benchmark):
 
     @staticmethod
     def _mine_nouns(texts: list[str], n: int) -> list[str]:
-        from eval.text_perturb import tag
+        from compclip.eval.text_perturb import tag
         counts = Counter(w.lower() for tokens, tags in tag(list(dict.fromkeys(texts)))
                          for w, t in zip(tokens, tags) if t in ("NN", "NNS") and w.isalpha() and len(w) > 2
                          and w.lower() not in POSITION_NOUNS)

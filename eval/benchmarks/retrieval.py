@@ -20,13 +20,13 @@ import numpy as np
 
 from dataclasses import replace
 
-from eval.benchmarks.aro import MANUAL_IMAGES as ARO_MANUAL, read_json_list
-from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, images_problem
-from eval import text_perturb
-from eval.images import IMAGE_PERTURBATIONS, FileImage, ShuffledImage, resolve_files
-from eval.metrics import recall_at_k
-from eval.registry import register_benchmark
-from eval.text_perturb import pre_caption
+from compclip.eval.benchmarks.aro import MANUAL_IMAGES as ARO_MANUAL, read_json_list
+from compclip.eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, images_problem
+from compclip.eval import text_perturb
+from compclip.eval.images import IMAGE_PERTURBATIONS, FileImage, ShuffledImage, resolve_files
+from compclip.eval.metrics import recall_at_k
+from compclip.eval.registry import register_benchmark
+from compclip.eval.text_perturb import pre_caption
 
 PARTS = {"coco": ("coco_karpathy_test.json", "coco_images"),
          "flickr30k": ("flickr30k_test.json", "flickr30k_images")}

@@ -13,10 +13,10 @@ import json
 
 import numpy as np
 
-from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, images_problem, read_text
-from eval.images import FileImage, resolve_files
-from eval.metrics import accuracy, pair_correct
-from eval.registry import register_benchmark
+from compclip.eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, images_problem, read_text
+from compclip.eval.images import FileImage, resolve_files
+from compclip.eval.metrics import accuracy, pair_correct
+from compclip.eval.registry import register_benchmark
 
 SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from eval.benchmarks.base import Benchmark, BenchmarkResult, images_problem
-from eval.benchmarks.triplet import read_scpp_json, score_triplets
-from eval.images import resolve_files
-from eval.metrics import accuracy
-from eval.registry import register_benchmark
+from compclip.eval.benchmarks.base import Benchmark, BenchmarkResult, images_problem
+from compclip.eval.benchmarks.triplet import read_scpp_json, score_triplets
+from compclip.eval.images import resolve_files
+from compclip.eval.metrics import accuracy
+from compclip.eval.registry import register_benchmark
 
 SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 

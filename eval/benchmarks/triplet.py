@@ -14,10 +14,10 @@ from typing import Optional
 
 import numpy as np
 
-from eval.benchmarks.base import DataError, read_text
-from eval.cache import EmbeddingCache
-from eval.images import FileImage
-from eval.metrics import triplet_correct
+from compclip.eval.benchmarks.base import DataError, read_text
+from compclip.eval.cache import EmbeddingCache
+from compclip.eval.images import FileImage
+from compclip.eval.metrics import triplet_correct
 
 
 @dataclass(frozen=True)

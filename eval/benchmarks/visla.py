@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eval.benchmarks.base import Benchmark, BenchmarkResult, Problem, changed_problems, files_problem, images_problem
-from eval.benchmarks.triplet import read_visla_tsv, score_triplets
-from eval.images import resolve_files
-from eval.metrics import accuracy
-from eval.registry import register_benchmark
+from compclip.eval.benchmarks.base import Benchmark, BenchmarkResult, Problem, changed_problems, files_problem, images_problem
+from compclip.eval.benchmarks.triplet import read_visla_tsv, score_triplets
+from compclip.eval.images import resolve_files
+from compclip.eval.metrics import accuracy
+from compclip.eval.registry import register_benchmark
 
 SUBSETS = {
     "generic": ("Generic_VISLA.tsv", ("filename", "caption", "second positive", "negative_caption")),

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, Problem, files_problem
-from eval.images import ArrayImage, FileImage
-from eval.registry import register_benchmark
+from compclip.eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, Problem, files_problem
+from compclip.eval.images import ArrayImage, FileImage
+from compclip.eval.registry import register_benchmark
 
 DATASETS = {"cifar10": "cifar-10-batches-py/test_batch", "cifar100": "cifar-100-python/test",
             "imagenet": "imagenet/val"}

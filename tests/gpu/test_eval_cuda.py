@@ -11,9 +11,9 @@ A wrong transform, dtype or device hand-off moves embeddings by far more than 1e
 import pytest
 import torch
 
-from eval.api import run
-from eval.registry import list_benchmarks
-from eval.scorer import OpenClipScorer, Scorer
+from compclip.eval.api import run
+from compclip.eval.registry import list_benchmarks
+from compclip.eval.scorer import OpenClipScorer, Scorer
 from tests.fixtures.eval_data import make_data_root
 
 ZS = {"zeroshot": {"datasets": ["cifar10", "cifar100"]}}
@@ -44,7 +44,7 @@ class Recording(Scorer):
 
 @pytest.fixture(scope="module")
 def scored(tmp_path_factory):
-    from models import load_model
+    from compclip.models import load_model
     root = str(make_data_root(tmp_path_factory.mktemp("eval_gpu") / "data", n=6, seed=3))
     torch.manual_seed(0)
     loaded = load_model("tiny-vit-64")
@@ -60,7 +60,7 @@ def scored(tmp_path_factory):
 
 
 def test_same_weights_on_both_devices(scored):
-    from models import load_model
+    from compclip.models import load_model
     torch.manual_seed(0)
     cpu_state = load_model("tiny-vit-64").model.state_dict()
     for k, v in scored["loaded_gpu"].model.state_dict().items():

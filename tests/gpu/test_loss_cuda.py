@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.batch import Batch
-from trainer.loss import LAYOUT_FIELDS, ContrastiveLoss, Layout
+from compclip.trainer.batch import Batch
+from compclip.trainer.loss import LAYOUT_FIELDS, ContrastiveLoss, Layout
 
 B, NEGS, PAD, IN_IMG, IN_TXT, DIM = 64, 2, 20, 96, 80, 256
 

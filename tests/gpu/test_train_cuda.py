@@ -69,7 +69,7 @@ def test_bf16_negclip_run_learns_and_its_checkpoint_loads_on_cpu(tmp_path, shard
     meta = json.loads((ckpts / name).with_suffix(".json").read_text())
     assert meta["precision"] == "bf16" and meta["step"] == 48  # ran in bf16, so on the GPU
     saved = torch.load(ckpts / name, map_location="cpu", weights_only=False)["state_dict"]
-    from models import load_model
+    from compclip.models import load_model
     loaded = load_model(pretrained=str(ckpts / name), device="cpu")
     state = loaded.model.state_dict()
     assert all(v.device.type == "cpu" and torch.equal(state[k], v) for k, v in saved.items())
@@ -82,8 +82,8 @@ def test_bf16_negclip_run_learns_and_its_checkpoint_loads_on_cpu(tmp_path, shard
 
 
 def test_pinned_batches_copy_non_blocking_unchanged(micro_model, shards):
-    from trainer.compose import Composer
-    from trainer.data import ShardStream, make_loader, resolve_sources
+    from compclip.trainer.compose import Composer
+    from compclip.trainer.data import ShardStream, make_loader, resolve_sources
     comp = Composer(micro_model.preprocess_train, micro_model.tokenizer, 8, partner="neighbour",
                     partners_per_batch=8, negatives_per_image=1)
     stream = ShardStream(resolve_sources([str(shards)]), None, comp, seed=7, rank=0, world_size=1,
