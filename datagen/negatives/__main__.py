@@ -85,7 +85,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from compclip.datagen import audit
+    from compclip.datagen.negatives import audit
     sugarcrepe = audit.load_sugarcrepe(args.sugarcrepe)  # bad input stops before the model loads
     coverage = coverage_kind = None
     if args.ours:
@@ -115,7 +115,7 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _judged(args: argparse.Namespace) -> int:
-    from compclip.datagen import audit
+    from compclip.datagen.negatives import audit
     rows = ["| file | kind | n | grammatical % | different % | plausible % | all three % |",
             "|---|---|---:|---:|---:|---:|---:|"]
     for path in args.files:

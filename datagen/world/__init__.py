@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str):
     if name in _WHERE:
-        value = getattr(importlib.import_module(f"datagen.world.{_WHERE[name]}"), name)
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'compclip.datagen.world' has no attribute '{name}'")
