@@ -1,9 +1,14 @@
 """The checkpoint format: open_clip-loadable weights, a JSON sidecar, atomic writes.
 
-`<dir>/<name>.pt` holds `{"state_dict": ...}`, which plain
-`open_clip.create_model_and_transforms(arch, pretrained="<dir>/<name>.pt")` loads. Beside it,
-`<dir>/<name>.json` holds `CheckpointMeta` (architecture, activation, lineage, source weights,
-recipe, step, epoch, metrics, the precision training ran in, recipe changes accepted on resume). Every
+`<dir>/<name>.pt` holds `{"state_dict": ...}`. Beside it, `<dir>/<name>.json` holds
+`CheckpointMeta` (architecture, activation, lineage, source weights, recipe, step, epoch, metrics,
+the precision training ran in, recipe changes accepted on resume) and the name plain open_clip
+builds the model under with the activation it was trained with (`open_clip_arch`, e.g.
+`ViT-B-32-quickgelu` for an `arch` of `ViT-B-32` trained with QuickGELU, and `open_clip_kwargs`,
+empty unless open_clip has no such name: models/openclip_name.py), so that
+`open_clip.create_model_and_transforms(open_clip_arch, pretrained="<dir>/<name>.pt",
+**open_clip_kwargs)` gives our outputs. `python -m trainer export` writes open_clip's
+local-dir / Hugging Face form of a checkpoint (trainer/export.py). Every
 file is written to a temporary name, flushed and renamed, and the pointer `<dir>/latest` is moved only
 after both files are complete, so a kill mid-save never leaves a torn checkpoint as the latest one.
 `compclip.fileio.atomic_write` gives its files the mode a plain `open()` would (0666 less the umask),
@@ -61,6 +66,8 @@ class CheckpointMeta:
     precision: Optional[str] = None  # what training ran in (recipe.precision fp16/bf16 runs as fp32 on CPU)
     recipe_changes: list[dict[str, Any]] = field(default_factory=list)  # [{"step", "changes": {key: [old, new]}}]
     format: int = FORMAT_VERSION
+    open_clip_arch: Optional[str] = None  # the name plain open_clip builds it under (filled in by save_checkpoint)
+    open_clip_kwargs: dict[str, Any] = field(default_factory=dict)  # and its keyword arguments, if any
 
 
 def sidecar_path(checkpoint: str | Path) -> Path:
@@ -74,8 +81,13 @@ def save_checkpoint(
     meta: CheckpointMeta,
     pointers: tuple[str, ...] = ("latest",),
 ) -> Path:
-    """Save weights and sidecar, then move each pointer file (e.g. `latest`, `best`) to them."""
+    """Save weights and sidecar, then move each pointer file (e.g. `latest`, `best`) to them.
+    `meta.open_clip_arch` / `open_clip_kwargs`, when not set, are filled in (in place) from its
+    architecture and activation."""
     directory = Path(directory)
+    if meta.open_clip_arch is None:
+        from compclip.models.openclip_name import plain_open_clip_name
+        meta.open_clip_arch, meta.open_clip_kwargs = plain_open_clip_name(meta.arch, meta.activation)
     model = getattr(model, "module", model)  # DDP / accelerate wrappers
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     path = directory / f"{name}.pt"

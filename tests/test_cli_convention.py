@@ -12,8 +12,9 @@ def _parsers():
     from compclip.datagen.negatives.__main__ import build_parser as negatives
     from compclip.datagen.world.cli import build_parser as world
     from compclip.eval.cli import make_main_parser as evaluation
+    from compclip.trainer.export import build_parser as export
     from compclip.trainer.train import build_parser as trainer
-    return {"trainer": trainer(), "datagen": datagen(), "negatives": negatives(), "world": world(),
+    return {"trainer": trainer(), "trainer export": export(), "datagen": datagen(), "negatives": negatives(), "world": world(),
             "eval": evaluation()}
 
 

@@ -185,7 +185,8 @@ def preflight(recipe):
 
 def build_parser():
     parser = cli.make_parser(PROG, __doc__.split("\n\n")[0].replace("\n", " "),
-                             epilog="Every recipe key is documented in docs/recipes.md; the trainer in docs/trainer.md.")
+                             epilog="Every recipe key is documented in docs/recipes.md; the trainer in docs/trainer.md. "
+                                    "python -m trainer export CHECKPOINT --out DIR writes open_clip's local-dir form.")
     parser.add_argument("recipe", help="the recipe YAML file (recipes/*.yaml)")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value",
                         help="recipe overrides, each value parsed as YAML (e.g. optim.lr=1e-5 checkpoint.resume=auto)")
