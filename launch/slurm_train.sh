@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # Multi-node training under SLURM: one accelerate launcher per node, 8 GPUs each.
-#   sbatch --nodes 4 launch/slurm_train.sh recipes/trohn_img.yaml [key=value ...]
+#   bash launch/slurm_train.sh [--sbatch-option=value ...] recipes/trohn_img.yaml [key=value ...]
+#   (outside a job: creates logs/ and submits itself, e.g. --nodes=4; options in --opt=value form)
+#   mkdir -p logs && sbatch --nodes 4 launch/slurm_train.sh recipes/trohn_img.yaml [key=value ...]
+# SLURM opens --output (logs/...) before the script runs and does not create folders: a job
+# submitted with plain sbatch and no logs/ in the submission folder fails without a log.
+# Every key=value reaches the pre-flight and each node's trainer as one argument, spaces included
+# ('eval.benchmarks=[visla, aro]').
 #SBATCH --job-name=compclip-train
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node=8
@@ -34,6 +40,12 @@
 # itself where PreemptMode=REQUEUE). A resubmitted job (a new job id) takes over the lock of this
 # job once SLURM no longer lists it as running (squeue).
 set -euo pipefail
+mkdir -p logs
+if [ -z "${SLURM_JOB_ID:-}" ]; then  # run by hand: submit this script, sbatch options first
+  opts=()
+  while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do opts+=("$1"); shift; done
+  exec sbatch ${opts[@]+"${opts[@]}"} "$0" "$@"
+fi
 recipe=${1:?usage: sbatch launch/slurm_train.sh RECIPE [key=value ...]}; shift
 gpus_per_node=${GPUS_PER_NODE:-8}
 stopped_code=75  # trainer/stopsignals.py EXIT_STOPPED
@@ -52,11 +64,13 @@ on_warning() {  # SLURM's SIGUSR1: pass it to srun, which forwards it to the job
 }
 trap on_warning USR1
 
-srun --kill-on-bad-exit=1 bash -c "exec accelerate launch \
-  --config_file ${ACCELERATE_CONFIG:-launch/multinode_template.yaml} \
+# the node's rank is read on the node; the trainer's arguments travel as srun's own arguments
+# ("$@" of the inner shell), never re-split
+config=$(printf %q "${ACCELERATE_CONFIG:-launch/multinode_template.yaml}")
+srun --kill-on-bad-exit=1 bash -c "exec accelerate launch --config_file $config \
   --num_machines $SLURM_NNODES --num_processes $((SLURM_NNODES * gpus_per_node)) \
   --machine_rank \$SLURM_NODEID --main_process_ip $main_ip --main_process_port 29500 \
-  trainer/train.py $recipe checkpoint.resume=auto $*" &
+  trainer/train.py \"\$@\"" launch "$recipe" checkpoint.resume=auto "$@" &
 step=$!
 while :; do  # `wait` returns early when the trap runs: wait again until srun itself ends
   interrupted=0 status=0

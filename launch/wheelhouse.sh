@@ -31,7 +31,7 @@ PY="${PYTHON:-$ROOT/.venv/bin/python}"
 [ -x "$PY" ] || PY=python3
 
 # pinned to what this project's tests run with; pydantic_core is the one compiled wheel
-PURE=(open_clip_torch==3.3.0 webdataset==1.0.2 ftfy==6.3.1 wcwidth==0.9.4 braceexpand==0.1.7
+PURE=(open_clip_torch==3.3.0 webdataset==0.2.86 ftfy==6.3.1 wcwidth==0.9.4 braceexpand==0.1.7
       pydantic==2.14.4 annotated_types==0.8.0 typing_inspection==0.4.5 typing_extensions==4.16.0
       datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19)
 # the compiled dependency: the pydantic_core that pydantic==2.14.4 requires, for PYVER
