@@ -132,6 +132,15 @@ def check_model(recipe) -> None:
                           f"caches them), or give a local weights file: model.pretrained=/path/to/weights.pt")
 
 
+def check_trackers(recipe) -> None:
+    """`logging.report_to` names trackers accelerate knows, their packages installed."""
+    from compclip.trainer.monitor import check_trackers as check
+    try:
+        check(recipe.logging.report_to)
+    except ValueError as err:
+        raise cli.InputError(str(err)) from None
+
+
 def check_writable(folder: Path) -> None:
     """The run folder (or the nearest existing parent it would be made in) accepts new files."""
     import tempfile
@@ -174,6 +183,7 @@ def preflight(recipe):
     d = recipe.data
     check_zero_stage()
     check_model(recipe)
+    check_trackers(recipe)
     check_best_metric(recipe)
     folder = run_dir(recipe)
     check_writable(folder)
