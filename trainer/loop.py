@@ -223,7 +223,9 @@ class Trainer:
             checkpointing.clear_run(self.run_dir, self.acc)
         self.pending_eval = self._resume()
         self.monitor = Monitor(self.run_dir, self.acc.is_main_process, recipe.logging.tensorboard,
-                               recipe.logging.progress, resumed_step=self.state.step, pending_eval=self.pending_eval)
+                               recipe.logging.progress, resumed_step=self.state.step, pending_eval=self.pending_eval,
+                               trackers=tuple(recipe.logging.report_to), project=recipe.name,
+                               config=recipe.model_dump(mode="json"))
         self.last_checkpoint_time = clock()
         self.best_metric_checked = False
 

@@ -1,4 +1,12 @@
-"""Run monitoring on rank 0: TensorBoard scalars, `eval.jsonl`, and a tqdm progress bar.
+"""Run monitoring on rank 0: TensorBoard scalars, other trackers, `eval.jsonl`, and a tqdm progress bar.
+
+Trackers (`logging.report_to`, accelerate's `log_with` names): `tensorboard` is this module's own
+SummaryWriter in `<run_dir>/tensorboard` (written only while `logging.tensorboard` is also true);
+every other name is accelerate's tracker of that name (`accelerate.tracking`), started with the
+recipe as its configuration (flattened to dotted keys), the recipe's name as its project and the
+run folder's name as its run (W&B: files under `<run_dir>/wandb`). Every tracker gets the same
+scalars at the same steps. `check_trackers` (pre-flight) refuses an unknown name or one whose
+package is not installed.
 
 TensorBoard tags: `train/loss`, `train/lr`, `train/logit_scale`, `train/samples_per_s` (global
 anchors per second), `train/memory_mb` (peak GPU memory, or peak RSS on CPU), `data/bad_samples`,
@@ -58,11 +66,69 @@ def format_metrics(metrics: dict[str, float], step: int, epoch: int) -> str:
     return f"eval step {step} (epoch {epoch}): " + " | ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()))
 
 
+def tracker_names() -> list[str]:
+    """The tracker names accelerate's `log_with` takes (without `all`)."""
+    from accelerate.tracking import LOGGER_TYPE_TO_CLASS
+    return sorted(LOGGER_TYPE_TO_CLASS)
+
+
+def check_trackers(names: list[str]) -> None:
+    """ValueError (one line naming `logging.report_to`) for a name accelerate does not know or
+    whose package is missing."""
+    from accelerate.utils import imports
+    known = tracker_names()
+    for name in names:
+        if name not in known:
+            raise ValueError(f"logging.report_to: unknown tracker '{name}'; accelerate's trackers are "
+                             f"{', '.join(known)}")
+        available = getattr(imports, f"is_{name}_available", None)
+        if available is not None and not available():
+            extra = " (pip install 'compclip[wandb]')" if name == "wandb" else ""
+            raise ValueError(f"logging.report_to: tracker '{name}' needs the package {name}, which is not "
+                             f"installed; install it{extra} or drop it from logging.report_to")
+
+
+def flat_config(data, prefix: str = "") -> dict:
+    """A nested recipe dump as {dotted key: value}; lists and None as text (every tracker takes these)."""
+    out = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flat_config(value, name + "."))
+        else:
+            out[name] = value if isinstance(value, (bool, int, float, str)) else str(value)
+    return out
+
+
+def start_trackers(names: list[str], project: str, run_dir: Path, config: dict) -> list:
+    """accelerate's trackers for `names` other than tensorboard, started, the configuration stored."""
+    from accelerate.tracking import LOGGER_TYPE_TO_CLASS
+    trackers = []
+    for name in names:
+        if name == "tensorboard":
+            continue
+        cls = LOGGER_TYPE_TO_CLASS[name]
+        kwargs = {"name": run_dir.name, "dir": str(run_dir)} if name == "wandb" else {}
+        if cls.requires_logging_directory:
+            tracker = cls(project, str(run_dir), **kwargs)
+        else:
+            tracker = cls(project, **kwargs)
+        tracker.start()
+        tracker.store_init_configuration(config)
+        trackers.append(tracker)
+    return trackers
+
+
 class Monitor:
     def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, progress: bool,
-                 resumed_step: Optional[int] = None, pending_eval: bool = False):
+                 resumed_step: Optional[int] = None, pending_eval: bool = False,
+                 trackers: tuple[str, ...] = ("tensorboard",), project: str = "compclip",
+                 config: Optional[dict] = None):
         self.run_dir, self.enabled = run_dir, enabled
         self.writer = None
+        self.trackers = (start_trackers(list(trackers), project, run_dir, flat_config(config or {}))
+                         if enabled else [])
+        tensorboard = tensorboard and "tensorboard" in trackers
         if enabled and resumed_step is not None:
             trim_eval_log(run_dir / "eval.jsonl", resumed_step - 1 if pending_eval else resumed_step)
         if enabled and tensorboard:
@@ -91,6 +157,8 @@ class Monitor:
         if self.writer is not None:
             for tag, value in values.items():
                 self.writer.add_scalar(tag, value, step)
+        for tracker in self.trackers:
+            tracker.log(dict(values), step=step)
 
     def evaluation(self, metrics: dict[str, float], step: int, epoch: int, overlap: Optional[dict] = None) -> None:
         """Validation metrics (`val/...`) are logged under their own name, benchmarks under
@@ -115,3 +183,6 @@ class Monitor:
         self.end_epoch()
         if self.writer is not None:
             self.writer.close()
+        for tracker in self.trackers:
+            tracker.finish()
+        self.trackers = []

@@ -156,8 +156,16 @@ class LoggingConfig(_Section):
     output_dir: str = "runs"
     run_name: Optional[str] = None
     tensorboard: bool = True
+    report_to: list[str] = ["tensorboard"]  # trackers by accelerate's `log_with` names (trainer.monitor)
     every_n_steps: int = Field(default=10, gt=0)
     progress: bool = True
+
+    @model_validator(mode="after")
+    def _distinct_trackers(self):
+        repeated = sorted({name for name in self.report_to if self.report_to.count(name) > 1})
+        if repeated:
+            raise ValueError(f"report_to names {', '.join(repeated)} more than once")
+        return self
 
 
 class CheckpointConfig(_Section):

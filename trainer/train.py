@@ -2,11 +2,13 @@
 or `accelerate launch trainer/train.py RECIPE [...]` for several processes.
 
 Runs single-process, multi-process DDP (NCCL on GPU, gloo on CPU) and DeepSpeed ZeRO-1/2 from
-the same code; the launcher decides which. Order of work:
+the same code; the launcher decides which. DeepSpeed ZeRO-3 is refused in the pre-flight
+(`check_zero_stage`): its parameters are sharded, which the checkpoints and resume do not handle.
+Order of work:
 
-1. pre-flight (`preflight`, also `--check` alone): recipe + overrides validated; the model's
-   architecture and pretrained weights exist (an open_clip tag's cached, or fetchable when not
-   offline); training and validation shard sets found, finished
+1. pre-flight (`preflight`, also `--check` alone): the launcher's DeepSpeed stage (not 3);
+   recipe + overrides validated; the model's architecture and pretrained weights exist (an
+   open_clip tag's cached, or fetchable when not offline); training and validation shard sets found, finished
    (`data.allow_incomplete`) and checked against the recipe (partners, negatives; with
    `negatives.rules`, negatives made by those rules); the evaluation data of every benchmark
    present; no training image in an evaluation set (unless `eval.allow_overlap`);
@@ -81,6 +83,32 @@ def run_dir(recipe) -> Path:
     return Path(recipe.logging.output_dir) / (recipe.logging.run_name or recipe.name)
 
 
+def zero_stage() -> tuple[int, str] | None:
+    """The DeepSpeed ZeRO stage `accelerate launch` asked for and where it was set, or None without
+    DeepSpeed (or with a DeepSpeed config file this cannot read: DeepSpeed then says why)."""
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() != "true":
+        return None
+    config = os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE", "none")
+    if config != "none":  # a DeepSpeed JSON config: its zero_optimization.stage decides (0 when absent)
+        import json
+        try:
+            stage = json.loads(Path(config).read_text(encoding="utf-8")).get("zero_optimization", {}).get("stage", 0)
+            return int(stage), f"zero_optimization.stage in the DeepSpeed config {config}"
+        except (OSError, ValueError, TypeError, AttributeError):
+            return None
+    return int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")), "zero_stage of the accelerate launch config"
+
+
+def check_zero_stage() -> None:
+    """Refuse DeepSpeed ZeRO-3 (one line, before anything is built): its parameters are sharded
+    across ranks, and the trainer's checkpoints, resume and evaluation read whole parameters."""
+    found = zero_stage()
+    if found and found[0] == 3:
+        raise cli.InputError(f"DeepSpeed ZeRO stage 3 ({found[1]}) is not supported: checkpoints, resume and "
+                             f"evaluation need whole parameters on every rank; launch with ZeRO stage 1 or 2 "
+                             f"(launch/accelerate_cpu2_zero2.yaml, launch/gpu_8_zero2_bf16.yaml) or DDP")
+
+
 def check_model(recipe) -> None:
     """`model.arch` is a known architecture and `model.pretrained` readable weights or one of its tags
     (`models.load.resolve_model`: nothing is built; a compclip checkpoint's sidecar must agree), a
@@ -102,6 +130,15 @@ def check_model(recipe) -> None:
         raise RecipeError(f"model.pretrained '{m.pretrained}': the weights of open_clip tag '{weights}' of {arch} "
                           f"are not available: {problem}; fetch them once where the hub is reachable (open_clip "
                           f"caches them), or give a local weights file: model.pretrained=/path/to/weights.pt")
+
+
+def check_trackers(recipe) -> None:
+    """`logging.report_to` names trackers accelerate knows, their packages installed."""
+    from compclip.trainer.monitor import check_trackers as check
+    try:
+        check(recipe.logging.report_to)
+    except ValueError as err:
+        raise cli.InputError(str(err)) from None
 
 
 def check_writable(folder: Path) -> None:
@@ -144,7 +181,9 @@ def preflight(recipe):
     from compclip.trainer.data import DataError, check_features, resolve_sources
     from compclip.trainer.recipe import RecipeError, check_best_metric
     d = recipe.data
+    check_zero_stage()
     check_model(recipe)
+    check_trackers(recipe)
     check_best_metric(recipe)
     folder = run_dir(recipe)
     check_writable(folder)
