@@ -1,4 +1,5 @@
-"""Run monitoring on rank 0: TensorBoard scalars, `eval.jsonl`, and a tqdm progress bar.
+"""Run monitoring on rank 0: TensorBoard scalars, `eval.jsonl`, and a tqdm progress bar per epoch
+(`epoch 2/3`: epochs counted from 1, as `eval.jsonl` and the eval lines count them, with the total).
 
 TensorBoard tags: `train/loss`, `train/lr`, `train/logit_scale`, `train/samples_per_s` (global
 anchors per second), `train/memory_mb` (peak GPU memory, or peak RSS on CPU), `data/bad_samples`,
@@ -58,6 +59,11 @@ def format_metrics(metrics: dict[str, float], step: int, epoch: int) -> str:
     return f"eval step {step} (epoch {epoch}): " + " | ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()))
 
 
+def bar_label(epoch: int, epochs: Optional[int] = None) -> str:
+    """The progress bar's label of the 0-based `epoch`: `epoch 1/3` (1-based, with the total)."""
+    return f"epoch {epoch + 1}" + (f"/{epochs}" if epochs else "")
+
+
 class Monitor:
     def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, progress: bool,
                  resumed_step: Optional[int] = None, pending_eval: bool = False):
@@ -72,10 +78,12 @@ class Monitor:
         self.progress = progress and enabled
         self.bar: Optional[tqdm] = None
 
-    def start_epoch(self, epoch: int, total: int, done: int) -> None:
+    def start_epoch(self, epoch: int, total: int, done: int, epochs: Optional[int] = None) -> None:
+        """A bar for the 0-based `epoch` of `epochs`, labelled from 1 as `eval.jsonl` and the eval
+        lines count epochs: `epoch 1/3`."""
         if self.progress:
-            self.bar = tqdm(total=total, initial=done, desc=f"epoch {epoch}", unit="step", dynamic_ncols=True,
-                            file=sys.stderr)
+            self.bar = tqdm(total=total, initial=done, desc=bar_label(epoch, epochs), unit="step",
+                            dynamic_ncols=True, file=sys.stderr)
 
     def advance(self, loss: float, samples_per_s: float) -> None:
         if self.bar is not None:
