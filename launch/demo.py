@@ -743,7 +743,7 @@ def main(argv: list[str] | None = None) -> int:
     plots(summary, seeds, out)
     print(text)
     log(f"done: {out / 'results.md'}, comparison.png, curves.png; "
-        f"TensorBoard: .venv/bin/tensorboard --logdir {out}")
+        f"TensorBoard: {Path(sys.executable).parent / 'tensorboard'} --logdir {out}")
     return 0
 
 

@@ -34,7 +34,7 @@ from torch import nn
 
 from compclip.models import registry  # noqa: F401  (registers the tiny architectures)
 from compclip.cli import InputError
-from compclip.compat import noise
+from compclip import lognoise as noise
 from compclip.models.checkpoint import WEIGHT_SUFFIXES, CheckpointError, read_meta, resolve_checkpoint, sidecar_path
 from compclip.models.text_length import enable_text_trimming
 

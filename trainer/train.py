@@ -249,7 +249,7 @@ def build_parser():
 
 def _train(args) -> int:
     from compclip.trainer.recipe import load_recipe
-    from compclip.compat import noise
+    from compclip import lognoise as noise
     noise.install()  # DeepSpeed's "Setting accelerator to CPU" on a machine without CUDA
     recipe = load_recipe(args.recipe, args.overrides)
     try:

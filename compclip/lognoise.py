@@ -10,7 +10,9 @@ other record of those loggers passes unchanged:
 
 `install()` adds the DeepSpeed filter (idempotent; the trainer calls it before anything imports
 DeepSpeed; the logger object DeepSpeed later configures is the same one). `random_weights_asked()`
-is the context manager `load_model` wraps open_clip's constructor in. Tests: tests/test_compat.py.
+is the context manager `load_model` wraps open_clip's constructor in. Not a change to either
+library (so not in `compclip.compat`): a filter on a logger, matched by message; a changed
+message passes. Tests: tests/test_newcomer.py.
 """
 from __future__ import annotations
 

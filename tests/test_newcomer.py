@@ -1,12 +1,33 @@
-"""What a newcomer meets in the trainer's output: `--check` lists every pre-flight problem in one
-run, the progress bars count epochs from 1 with their total, and two library notes that read
-like faults (DeepSpeed's CPU accelerator, open_clip's random weights) are dropped."""
+"""What a newcomer meets first: the README's commands run from a fresh clone without an activated
+environment; the trainer's `--check` lists every pre-flight problem in one run; its progress bars
+count epochs from 1 with their total; two library notes that read like faults (DeepSpeed's CPU
+accelerator, open_clip's random weights) are dropped. The demo's side: tests/test_demo.py."""
 import logging
+import re
+from pathlib import Path
 
 import pytest
 
 from tests.fixtures.trainer_data import train_in_process as run
 from tests.test_trainer import recipe, shards  # noqa: F401 (fixtures)
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = ("python", "python3", "accelerate", "tensorboard", "pytest", "pip", "torchrun")
+
+
+def test_readme_opens_with_its_two_commands_and_names_the_venv_in_every_later_one():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    first = re.search(r"```bash\n(.*?)```", text, re.S).group(1).strip().splitlines()
+    assert len(first) == 2 and first[0].endswith("&& bash launch/demo.sh")
+    assert first[1].endswith("&& .venv/bin/python -m pytest -q")
+    after = text[text.index("```", text.index("```bash") + 3) + 3:]
+    bare = [span for span in re.findall(r"`([^`\n]+)`", after) if span.split()[0] in TOOLS]
+    assert not bare, f"commands that fail without an activated .venv: {bare}"
+    assert "source .venv/bin/activate" in after
+    assert "`.venv/bin/accelerate launch trainer/train.py" in after and "`.venv/bin/tensorboard --logdir" in after
+    demo = after[:after.index("it builds")]  # the demo's time: its conditions and the record
+    assert "no other job" in demo and "`bench/results/demo_wall_time.md`" in demo
+    assert (ROOT / "bench" / "results" / "demo_wall_time.md").is_file()
 
 
 def test_check_lists_every_problem_in_one_run(recipe, shards, capsys):
@@ -33,7 +54,7 @@ def test_progress_bars_count_epochs_from_one_with_the_total(recipe, capsys):
 def test_deepspeeds_cpu_note_is_dropped_only_without_cuda(monkeypatch):
     import torch
 
-    from compclip.compat import noise
+    from compclip import lognoise as noise
     noise.install()
     noise.install()  # once: a second call adds no second filter
     logger = logging.getLogger("DeepSpeed")
