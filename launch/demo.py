@@ -521,7 +521,7 @@ def markdown(summary: dict, command: str, minutes: float) -> str:
     seeds = summary["seeds"]
     spread = "mean ± sample std over seeds " if len(seeds) > 1 else "one seed "
     return "\n".join([f"# Offline demo results", "", f"Command: `{command}`; seeds {seeds}; "
-                      f"{minutes:.1f} min wall. Accuracies in %, last epoch, {spread}{seeds}. "
+                      f"{minutes:.1f} min wall (the recorded time of every step, seed-<s>/wall_time.json). Accuracies in %, last epoch, {spread}{seeds}. "
                       f"Chance: " + ", ".join(f"{short} {100 * CHANCE[m]:.0f}" for m, short in METRICS
                                                if CHANCE[m] != 0.5) + ", all others 50.", "",
                       tables(summary), inbatch_table(summary)])

@@ -321,7 +321,7 @@ def test_curves_are_two_rows_at_a_normal_size_with_chance_on_every_panel(demo, t
     _write_run(seeds[0], "demo_clip_ft", [{"bivlc/t2i": 0.4}])
     _, curves = demo.plots(demo.summarise(seeds, ("demo_clip_ft",)), seeds, tmp_path, close=False)
     width, height = Image.open(tmp_path / "curves.png").size
-    assert width <= 1600 and height >= 600 and width / height < 2.5, (width, height)
+    assert (width, height) == (1560, 792)  # was 2688 x 456: one row of seven panels
     panels = curves.axes[:len(demo.CURVES)]
     assert len({round(ax.get_position().y0, 3) for ax in panels}) == 2  # two rows
     for ax, (metric, _) in zip(panels, demo.CURVES):
@@ -331,3 +331,19 @@ def test_curves_are_two_rows_at_a_normal_size_with_chance_on_every_panel(demo, t
     for name in demo.FINETUNES:  # hard-negative chance 1/2: at most one negative per image or partner
         n = load_recipe(str(ROOT / "recipes" / f"{name}.yaml"), []).negatives
         assert n.per_image <= 1 and n.per_partner <= 1
+
+
+def test_a_rerun_with_every_step_done_writes_the_recorded_time_into_results(demo, tmp_path):
+    """The whole `main` on a finished demo folder: nothing runs, and results.md states the
+    recorded wall time of the steps (10.0 min), not this rerun's 0.0 min."""
+    args = _args(recipes=["demo_clip_ft"])
+    seed = demo.Seed(tmp_path / "out", 0, args)
+    _stub_steps_done(demo, seed)
+    for recipe in ("demo_pretrain", "demo_clip_ft"):
+        _write_run(seed, recipe, [{"bivlc/t2i": 0.3}])
+        (seed.runs / recipe / "DONE").write_text("")
+    seed.record_time("base model", 240.0)
+    seed.record_time("finetunes", 360.0)
+    assert demo.main(["--out", str(tmp_path / "out"), "--recipes", "demo_clip_ft"]) == 0
+    text = (tmp_path / "out" / "results.md").read_text()
+    assert "; 10.0 min wall" in text and " 0.0 min" not in text
