@@ -28,7 +28,11 @@ step is a command a user could type; each one's output goes to `<out>/seed-<s>/l
 whose output is complete is not run again and a killed training resumes from its last
 checkpoint (`checkpoint.resume=auto`), so a rerun after a kill continues. While a step runs, the
 last progress line of its log (steps, rate, ETA) is repeated on stderr every `--progress-every`
-seconds.
+seconds, with a line on the whole demo (`Overall`: the step, "finetune 3 of 5", elapsed time and
+an ETA for the whole demo). Each step's wall time is kept in `<out>/seed-<s>/wall_time.json`; a
+step a rerun skips keeps its recorded time, and `results.md` states the recorded total. Before
+the finetunes start, each one's TensorBoard log gets the base model's numbers at step 0
+(`write_start_scalars`), the epoch-0 points of `curves.png`.
 """
 from __future__ import annotations
 
@@ -51,6 +55,13 @@ LABELS = {"demo_pretrain": "base (no finetuning)", "demo_clip_ft": "control (CLI
           "demo_trohn_img": "TROHN-Img-style", "demo_leftright": "left-right pairs"}
 # costliest first: 2B x 4B, 2B x 2B, B x 2B, (B + B/8) x (B + B/8), B x B
 LONGEST_FIRST = ("demo_negclip", "demo_trohn_img", "demo_trohn_text", "demo_leftright", "demo_clip_ft")
+# expected wall seconds of each step on 2 idle cores (bench/results/demo_wall_time.md, seed 2 at
+# 5cd032f: world 22 s, base model 2 min 39 s, NegCLIP data 25 s, start numbers 9 s, the five
+# finetunes 8 min 20 s, two at a time); the overall ETA scales them by this run's speed so far
+EXPECTED_S = {"world": 25.0, "base model": 160.0, "NegCLIP data": 25.0, "start numbers": 10.0}
+# one finetune's seconds on one thread (two run at a time): split by batch cost, 990 in all
+FINETUNE_S = {"demo_negclip": 330.0, "demo_trohn_img": 230.0, "demo_trohn_text": 170.0,
+              "demo_leftright": 140.0, "demo_clip_ft": 120.0}
 TRAIN_SET = {"demo_pretrain": ["train"], "demo_clip_ft": ["train"], "demo_negclip": ["train_negclip"],
              "demo_trohn_text": ["train"], "demo_trohn_img": ["train_generated"],
              "demo_leftright": ["train", "train_mirrored"]}
@@ -69,6 +80,14 @@ METRICS = [
 CHANCE = {m: 0.5 for m, _ in METRICS} | {"aro/coco_order/mean": 0.2, "visla/generic/i2t": 1 / 3,
                                           "visla/spatial/i2t": 1 / 3, "bivlc/i2t": 0.25, "bivlc/t2i": 0.25,
                                           "bivlc/group": 1 / 6}
+# chance of the validation in-batch numbers plotted: an image's caption above its one hard negative
+# (every demo recipe has at most one per image: negatives.per_image / per_partner <= 1), a caption's
+# own image above its partner image: two options each
+CHANCE_VAL = {"val/hard_negative_acc": 0.5, "val/partner_acc": 0.5}
+# the panels of curves.png (two rows of four; the eighth holds the legend)
+CURVES = [("sugarcrepe/swap", "SugarCrepe swap"), ("sugarcrepe/replace_rel", "SugarCrepe replace-rel"),
+          ("bivlc/t2i", "BiVLC T2I"), ("bivlc/group", "BiVLC group"), ("left_right/acc", "left/right (ARO VG-Rel)"),
+          ("val/hard_negative_acc", "val hard-negative acc"), ("val/partner_acc", "val partner acc")]
 # the in-batch numbers (trainer/loss.py batch_metrics) on training and validation batches
 INBATCH = [("hard_negative_acc", "hard-negative acc"), ("partner_acc", "partner acc"),
            ("i2t_acc", "in-batch I2T"), ("t2i_acc", "in-batch T2I")]
@@ -99,15 +118,117 @@ def last_progress(path: Path) -> str:
     return ""
 
 
+BAR = re.compile(r"(?:epoch (\d+)/(\d+)\S*\s.*?)?\b(\d+)/(\d+)\b")
+
+
+def bar_fraction(line: str) -> float | None:
+    """How far a step is, from its progress line: `epoch 2/4: ... 40/80` -> 0.375 (epochs counted
+    from 1, as the trainer's bars count them), `32/320` -> 0.1; None without a count."""
+    match = BAR.search(line)
+    if not match or not int(match.group(4)):
+        return None
+    within = min(1.0, int(match.group(3)) / int(match.group(4)))
+    if match.group(1) and int(match.group(2)):
+        return min(1.0, (int(match.group(1)) - 1 + within) / int(match.group(2)))
+    return within
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
+class Overall:
+    """Progress of the whole demo: every step of every seed with its expected seconds
+    (`EXPECTED_S`, `FINETUNE_S`); steps already done are left out. The ETA is the expected
+    seconds still to run times this run's speed so far (elapsed / expected seconds done)."""
+
+    def __init__(self, seeds: list["Seed"], slots: int = 2, clock=time.time):
+        self.clock, self.t0 = clock, clock()
+        self.units: dict[tuple[int, str], list[float]] = {}  # (seed, step) -> [expected s, fraction done]
+        for seed in seeds:
+            seed.overall = self
+            for step, done in seed.step_status():
+                if not done:
+                    expected = FINETUNE_S[step] / max(1, slots) if step in FINETUNE_S else EXPECTED_S[step]
+                    self.units[(seed.seed, step)] = [expected, 0.0]
+        self.seeds = len(seeds)
+
+    def progress(self, seed: int, step: str, fraction: float) -> None:
+        if (seed, step) in self.units:
+            self.units[(seed, step)][1] = max(0.0, min(1.0, fraction))
+
+    def eta(self) -> float:
+        """Seconds left for the whole demo."""
+        done = sum(e * f for e, f in self.units.values())
+        left = sum(e * (1 - f) for e, f in self.units.values())
+        elapsed = self.clock() - self.t0
+        return left * (elapsed / done if done > 0 else 1.0)
+
+    def line(self, seed: "Seed", where: str) -> str:
+        """`overall: seed 0 (1 of 1), finetune 3 of 5 (demo_trohn_text); elapsed 4.2 min, ETA 7.9 min
+        for the whole demo`."""
+        return (f"overall: seed {seed.seed} ({seed.index + 1} of {self.seeds}), {where}; elapsed "
+                f"{minutes(self.clock() - self.t0)}, ETA {minutes(self.eta())} for the whole demo")
+
+
 class Seed:
     """The paths and steps of one seed's demo."""
 
-    def __init__(self, out: Path, seed: int, args: argparse.Namespace):
-        self.seed, self.args = seed, args
+    def __init__(self, out: Path, seed: int, args: argparse.Namespace, index: int = 0):
+        self.seed, self.args, self.index = seed, args, index
         self.dir = out / f"seed-{seed}"
         self.world, self.runs, self.logs = self.dir / "world", self.dir / "runs", self.dir / "logs"
         self.base = self.dir / "pretrained.pt"
         self.logs.mkdir(parents=True, exist_ok=True)
+        self.overall: Overall | None = None
+        self.where = ""  # the step now running, for the overall line
+
+    # --- overall progress and wall times -----------------------------------------------------
+    def step_status(self) -> list[tuple[str, bool]]:
+        """(step, already done) for every step of this seed, in order."""
+        steps = [("world", (self.world / "world.json").is_file()), ("base model", self.base.is_file())]
+        if "demo_negclip" in self.args.recipes:
+            steps.append(("NegCLIP data", self.negclip_data_done()))
+        steps.append(("start numbers", not self.start_todo()))
+        return steps + [(r, self.done(r)) for r in LONGEST_FIRST if r in self.args.recipes]
+
+    def say(self, where: str) -> None:
+        """The step now starting, with the overall line."""
+        self.where = where
+        if self.overall is not None:
+            log(self.overall.line(self, where))
+
+    def show_progress(self, step: str, line: str) -> None:
+        if self.overall is not None:
+            if (fraction := bar_fraction(line)) is not None:
+                self.overall.progress(self.seed, step, fraction)
+            log(self.overall.line(self, self.where))
+
+    def finished(self, step: str) -> None:
+        if self.overall is not None:
+            self.overall.progress(self.seed, step, 1.0)
+
+    def wall_times(self) -> dict[str, float]:
+        """Recorded wall seconds per step (`wall_time.json`): what a skipped step took when it ran."""
+        path = self.dir / "wall_time.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def record_time(self, step: str, seconds: float) -> None:
+        """Add `seconds` to the step's recorded wall time (a step run in parts adds each part)."""
+        times = self.wall_times()
+        times[step] = times.get(step, 0.0) + seconds
+        tmp = self.dir / "wall_time.json.tmp"
+        tmp.write_text(json.dumps(times, indent=1))
+        os.replace(tmp, self.dir / "wall_time.json")
+
+    def timed(self, step: str, fn) -> bool:
+        """Run one step (`fn()` returns whether it ran); a step that ran adds its wall time, a
+        skipped one keeps what was recorded."""
+        t = time.time()
+        ran = bool(fn())
+        if ran:
+            self.record_time(step, time.time() - t)
+        return ran
 
     def command(self, name: str, cmd: list[str], threads: int) -> subprocess.Popen:
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
@@ -119,7 +240,7 @@ class Seed:
         handle.close()  # the child holds its own copy of the descriptor
         return proc
 
-    def run(self, name: str, cmd: list[str], threads: int = 2) -> None:
+    def run(self, name: str, cmd: list[str], threads: int = 2, step: str = "") -> None:
         proc = self.command(name, cmd, threads)
         shown = time.time()
         while proc.poll() is None:
@@ -128,6 +249,7 @@ class Seed:
                 shown = time.time()
                 if line := last_progress(self.logs / f"{name}.log"):
                     log(f"seed {self.seed}: {name}: {line}")
+                    self.show_progress(step, line)
         wait([(name, proc, self)])
 
     def train_cmd(self, recipe: str) -> list[str]:
@@ -151,32 +273,41 @@ class Seed:
         return (self.runs / recipe / "DONE").is_file()
 
     # --- steps --------------------------------------------------------------------------------
-    def build_world(self) -> None:
+    def build_world(self) -> bool:
         if (self.world / "world.json").is_file():
-            return
+            return False
         log(f"seed {self.seed}: building the synthetic world")
+        self.say("world")
         self.run("world", [sys.executable, "-m", "compclip.datagen", "world", "build", "--out", str(self.world),
                            "--seed", str(self.seed), "--negatives", "--partners", "all",
-                           "--bench-scale", str(self.args.bench_scale), "--size", str(self.args.size)])
+                           "--bench-scale", str(self.args.bench_scale), "--size", str(self.args.size)], step="world")
+        self.finished("world")
+        return True
 
-    def pretrain(self) -> None:
+    def pretrain(self) -> bool:
         if self.base.is_file():
-            return
+            return False
         log(f"seed {self.seed}: training the base model (stand-in for pretrained CLIP weights)")
-        self.run("demo_pretrain", self.train_cmd("demo_pretrain"))
+        self.say("base model")
+        self.run("demo_pretrain", self.train_cmd("demo_pretrain"), step="base model")
         from compclip.models.checkpoint import latest_checkpoint, sidecar_path
         last = latest_checkpoint(self.runs / "demo_pretrain" / "checkpoints")
         shutil.copyfile(sidecar_path(last), sidecar_path(self.base))
         shutil.copyfile(last, self.base.with_suffix(".tmp"))
         os.replace(self.base.with_suffix(".tmp"), self.base)
+        self.finished("base model")
+        return True
 
-    def negclip_data(self) -> None:
+    def negclip_data_done(self) -> bool:
+        out = self.world / "train_negclip"
+        return (out / "manifest.json").is_file() and bool(json.loads((out / "manifest.json").read_text()).get("complete"))
+
+    def negclip_data(self) -> bool:
         swap, out = self.world / "train_swap", self.world / "train_negclip"
-        if "demo_negclip" not in self.args.recipes:
-            return
-        if (out / "manifest.json").is_file() and json.loads((out / "manifest.json").read_text()).get("complete"):
-            return
+        if "demo_negclip" not in self.args.recipes or self.negclip_data_done():
+            return False
         log(f"seed {self.seed}: NegCLIP data: NegCLIP's swap negatives, then K=3 neighbours under the base model")
+        self.say("NegCLIP data")
         self.run("negatives_swap", [sys.executable, "-m", "compclip.datagen", "negatives", "generate",
                                     "--src", str(self.world / "train"), "--out", str(swap),
                                     "--rules", "negclip", "--mode", "all", "--cap", "64",
@@ -184,21 +315,74 @@ class Seed:
         self.run("knn", [sys.executable, "-m", "compclip.datagen", "knn", "--src", str(swap), "--out", str(out),
                          "--k", "3", "--arch", self.args.arch, "--pretrained", str(self.base),
                          "--method", "exact"])
+        self.finished("NegCLIP data")
+        return True
 
-    def start_metrics(self) -> None:
+    def start_todo(self) -> list[str]:
+        return [r for r in self.args.recipes if not (self.dir / "start" / f"{r}.json").is_file()]
+
+    def start_metrics(self) -> bool:
         """The base model's `val/*` numbers on each finetune's validation batches (its epoch 0)."""
-        todo = [r for r in self.args.recipes if not (self.dir / "start" / f"{r}.json").is_file()]
+        todo = self.start_todo()
         if not todo:
-            return
+            return False
         log(f"seed {self.seed}: the base model's in-batch numbers on the finetunes' validation batches")
+        self.say("start numbers")
         cmd = [sys.executable, "launch/demo.py", "start-metrics", str(self.dir / "start")]
         for recipe in todo:
             cmd += ["--", *self.train_cmd(recipe)[2:], *START_OVERRIDES, f"logging.output_dir={self.dir / 'start'}"]
-        self.run("start_metrics", cmd)
+        self.run("start_metrics", cmd, step="start numbers")
+        self.finished("start numbers")
+        return True
 
     def finetunes(self) -> list[tuple[str, list[str]]]:
         """The finetunes still to run, costliest first (so the last one does not run alone)."""
         return [(r, self.train_cmd(r)) for r in LONGEST_FIRST if r in self.args.recipes and not self.done(r)]
+
+
+def run_seed(seed: Seed, slots: int) -> None:
+    """Every step of one seed, each timed (`Seed.timed`: a skipped step keeps its recorded time);
+    each finetune's TensorBoard log gets the base model's numbers at step 0 before it starts."""
+    t = time.time()
+    seed.timed("world", seed.build_world)
+    seed.timed("base model", seed.pretrain)
+    seed.timed("NegCLIP data", seed.negclip_data)
+    seed.timed("start numbers", seed.start_metrics)
+    for recipe in seed.args.recipes:
+        write_start_scalars(seed, recipe)
+    jobs = [(seed, r, cmd) for r, cmd in seed.finetunes()]
+    seed.timed("finetunes", lambda: run_parallel(jobs, slots) or bool(jobs))
+    log(f"seed {seed.seed}: done; this run {minutes(time.time() - t)}, recorded wall time of its steps "
+        f"{minutes(sum(seed.wall_times().values()))} (load average {os.getloadavg()[0]:.2f})")
+
+
+def total_minutes(seeds: list[Seed]) -> float:
+    """The demo's wall time: the recorded seconds of every step of every seed, in minutes."""
+    return sum(sum(s.wall_times().values()) for s in seeds) / 60
+
+
+def start_scalars(seed: Seed, recipe: str) -> dict[str, float]:
+    """The base model's numbers as a finetune's epoch 0, under TensorBoard tags: `eval/<metric>`
+    from the base run's last evaluation, `val/<metric>` from `start/<recipe>.json`."""
+    base = {f"eval/{k}": v for k, v in last_metrics(seed, "demo_pretrain").items() if not k.startswith("val/")}
+    start_file = seed.dir / "start" / f"{recipe}.json"
+    start = json.loads(start_file.read_text()) if start_file.is_file() else {}
+    return base | {k: v for k, v in start.items() if k.startswith("val/")}
+
+
+def write_start_scalars(seed: Seed, recipe: str) -> bool:
+    """`start_scalars` at step 0 in the finetune's TensorBoard folder (an event file of its own,
+    `*.epoch0`, written once), so TensorBoard shows the epoch-0 points `curves.png` plots."""
+    folder = seed.runs / recipe / "tensorboard"
+    values = start_scalars(seed, recipe)
+    if not values or (folder.is_dir() and any(folder.glob("*.epoch0"))):
+        return False
+    from torch.utils.tensorboard import SummaryWriter
+    writer = SummaryWriter(str(folder), filename_suffix=".epoch0")
+    for tag, value in sorted(values.items()):
+        writer.add_scalar(tag, value, 0)
+    writer.close()
+    return True
 
 
 def wait(procs: list[tuple[str, subprocess.Popen, Seed]]) -> None:
@@ -210,11 +394,6 @@ def wait(procs: list[tuple[str, subprocess.Popen, Seed]]) -> None:
                              f"log {seed.logs / (name + '.log')}:\n  " + "\n  ".join(tail))
         if name in FINETUNES or name == "demo_pretrain":
             (seed.runs / name / "DONE").write_text("")
-
-
-def recipe_epochs(recipe: str, args: argparse.Namespace) -> int:
-    import yaml
-    return args.epochs or yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text())["schedule"]["epochs"]
 
 
 def epochs_done(seed: Seed, recipe: str) -> int:
@@ -230,15 +409,20 @@ def run_parallel(jobs: list[tuple[Seed, str, list[str]]], slots: int) -> None:
         while pending and len(running) < slots:
             seed, recipe, cmd = pending.pop(0)
             log(f"seed {seed.seed}: {recipe} started")
+            ordinal = [r for r in LONGEST_FIRST if r in seed.args.recipes]
+            seed.say(f"finetune {ordinal.index(recipe) + 1} of {len(ordinal)} ({recipe})")
             running.append((seed, recipe, seed.command(recipe, cmd, threads=1)))
         time.sleep(2)
         if running and time.time() - last_shown >= every:
             last_shown = time.time()
             for seed, recipe, _ in running:
                 if line := last_progress(seed.logs / f"{recipe}.log"):
-                    total = recipe_epochs(recipe, seed.args)
-                    log(f"seed {seed.seed}: {recipe} (epoch {min(epochs_done(seed, recipe) + 1, total)} of "
-                        f"{total}): {line}")
+                    log(f"seed {seed.seed}: {recipe}: {line}")  # the bar names its epoch: `epoch 2/3`
+                    if seed.overall is not None and (fraction := bar_fraction(line)) is not None:
+                        seed.overall.progress(seed.seed, recipe, fraction)
+            seed = running[0][0]
+            if seed.overall is not None:
+                log(seed.overall.line(seed, seed.where))
         for seed, recipe, proc in list(running):
             n = epochs_done(seed, recipe)
             if n != shown.get((seed.seed, recipe), 0):
@@ -249,6 +433,7 @@ def run_parallel(jobs: list[tuple[Seed, str, list[str]]], slots: int) -> None:
             if proc.poll() is not None:
                 running.remove((seed, recipe, proc))
                 wait([(recipe, proc, seed)])
+                seed.finished(recipe)
                 log(f"seed {seed.seed}: {recipe} finished")
 
 
@@ -336,7 +521,7 @@ def markdown(summary: dict, command: str, minutes: float) -> str:
     seeds = summary["seeds"]
     spread = "mean ± sample std over seeds " if len(seeds) > 1 else "one seed "
     return "\n".join([f"# Offline demo results", "", f"Command: `{command}`; seeds {seeds}; "
-                      f"{minutes:.1f} min wall. Accuracies in %, last epoch, {spread}{seeds}. "
+                      f"{minutes:.1f} min wall (the recorded time of every step, seed-<s>/wall_time.json). Accuracies in %, last epoch, {spread}{seeds}. "
                       f"Chance: " + ", ".join(f"{short} {100 * CHANCE[m]:.0f}" for m, short in METRICS
                                                if CHANCE[m] != 0.5) + ", all others 50.", "",
                       tables(summary), inbatch_table(summary)])
@@ -429,21 +614,16 @@ def plots(summary: dict, seeds: list[Seed], out: Path, close: bool = True) -> tu
     if close:
         plt.close(fig)
 
-    curves = [("sugarcrepe/swap", "SugarCrepe swap"), ("sugarcrepe/replace_rel", "SugarCrepe replace-rel"),
-              ("bivlc/t2i", "BiVLC T2I"), ("bivlc/group", "BiVLC group"), ("left_right/acc", "left/right (ARO VG-Rel)"),
-              ("val/hard_negative_acc", "val hard-negative acc"), ("val/partner_acc", "val partner acc")]
-    fig, axes = plt.subplots(1, len(curves), figsize=(3.2 * len(curves), 3.8))
+    fig, grid = plt.subplots(2, 4, figsize=(13, 6.6))
+    axes, legend_ax = list(grid.flat[:len(CURVES)]), grid.flat[-1]
     finetunes = [r for r in recipes if r != "demo_pretrain"]
     n_epochs = 1
-    for ax, (metric, title) in zip(axes, curves):
+    for ax, (metric, title) in zip(axes, CURVES):
         for r in finetunes:
             per_seed = []
             for s in seeds:
-                if metric.startswith("val/"):
-                    start_file = s.dir / "start" / f"{r}.json"
-                    base = json.loads(start_file.read_text()).get(metric) if start_file.is_file() else None
-                else:
-                    base = last_metrics(s, "demo_pretrain").get(metric)
+                # epoch 0: the numbers TensorBoard holds at step 0 (write_start_scalars)
+                base = start_scalars(s, r).get(metric if metric.startswith("val/") else f"eval/{metric}")
                 values = [ln["metrics"].get(metric) for ln in eval_lines(s, r)]
                 per_seed.append([base] + values)
             n = min(len(v) for v in per_seed)
@@ -452,15 +632,22 @@ def plots(summary: dict, seeds: list[Seed], out: Path, close: bool = True) -> tu
             if points:
                 n_epochs = max(n_epochs, n - 1)
                 ax.plot(*zip(*points), marker="o", label=LABELS[r], color=f"C{recipes.index(r) - 1}")
-        if metric in CHANCE:
-            ax.axhline(100 * CHANCE[metric], color="k", linestyle="dashed", linewidth=1, label="chance")
-        ax.set_title(title, fontsize=9)
+        chance = CHANCE.get(metric, CHANCE_VAL.get(metric))
+        if chance is not None:
+            ax.axhline(100 * chance, color="k", linestyle="dashed", linewidth=1, label="chance")
+        ax.set_title(title, fontsize=10)
         ax.set_xlabel("epoch (0 = base model)")
-        ax.set_xticks(range(0, n_epochs + 1))
     for ax in axes:
+        ax.set_xticks(range(0, n_epochs + 1))
         ax.set_xlim(-0.3, n_epochs + 0.3)
-    axes[0].set_ylabel(f"accuracy (%), {'mean over seeds' if several else 'one seed'}")
-    axes[0].legend(fontsize=6)
+    for row in grid:
+        row[0].set_ylabel(f"accuracy (%), {'mean over seeds' if several else 'one seed'}")
+    handles = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    legend_ax.axis("off")
+    legend_ax.legend(list(handles.values()), list(handles), loc="center", fontsize=9)
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=120)
     if close:
@@ -542,26 +729,21 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     check_model_options(parser, args)
     t0 = time.time()
-    seeds = [Seed(out, s, args) for s in args.seeds]
+    seeds = [Seed(out, s, args, i) for i, s in enumerate(args.seeds)]
+    Overall(seeds, args.slots)
     for seed in seeds:
-        t_seed = time.time()
-        seed.build_world()
-        seed.pretrain()
-        seed.negclip_data()
-        seed.start_metrics()
-        run_parallel([(seed, r, cmd) for r, cmd in seed.finetunes()], args.slots)
-        log(f"seed {seed.seed}: done in {(time.time() - t_seed) / 60:.1f} min "
-            f"(load average {os.getloadavg()[0]:.2f})")
+        run_seed(seed, args.slots)
     summary = summarise(seeds, tuple(args.recipes))
-    minutes = (time.time() - t0) / 60
+    wall = total_minutes(seeds)
+    log(f"this run: {minutes(time.time() - t0)}; recorded wall time of every step: {wall:.1f} min")
     command = "bash launch/demo.sh " + " ".join(argv)
     (out / "results.json").write_text(json.dumps(summary, indent=1))
-    text = markdown(summary, command.strip(), minutes)
+    text = markdown(summary, command.strip(), wall)
     (out / "results.md").write_text(text)
     plots(summary, seeds, out)
     print(text)
-    log(f"done in {minutes:.1f} min: {out / 'results.md'}, comparison.png, curves.png; "
-        f"TensorBoard: tensorboard --logdir {out}")
+    log(f"done: {out / 'results.md'}, comparison.png, curves.png; "
+        f"TensorBoard: {Path(sys.executable).parent / 'tensorboard'} --logdir {out}")
     return 0
 
 

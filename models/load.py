@@ -20,6 +20,7 @@ and not offline) before anything tries to download them.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
 import os
@@ -33,6 +34,7 @@ from torch import nn
 
 from compclip.models import registry  # noqa: F401  (registers the tiny architectures)
 from compclip.cli import InputError
+from compclip import lognoise as noise
 from compclip.models.checkpoint import WEIGHT_SUFFIXES, CheckpointError, read_meta, resolve_checkpoint, sidecar_path
 from compclip.models.text_length import enable_text_trimming
 
@@ -147,9 +149,11 @@ def load_model(
                     "building %s as configured. Set model.lineage=openai for OpenAI-derived weights.",
                     pretrained, arch)
 
+    quiet = noise.random_weights_asked() if pretrained is None else contextlib.nullcontext()
     try:
-        model, preprocess_train, preprocess = open_clip.create_model_and_transforms(
-            arch, pretrained=pretrained, device=device, precision=precision, cache_dir=cache_dir, **kwargs)
+        with quiet:  # random weights asked for: open_clip's "No pretrained weights loaded" only repeats it
+            model, preprocess_train, preprocess = open_clip.create_model_and_transforms(
+                arch, pretrained=pretrained, device=device, precision=precision, cache_dir=cache_dir, **kwargs)
     except RuntimeError as err:
         if state is None or "loading state_dict" not in str(err):
             raise

@@ -54,7 +54,7 @@ def test_another_architecture_reaches_every_step(demo, tmp_path):
     seed = demo.Seed(tmp_path, 0, _args(arch="demo-vit-96-wide", size=96,
                                         recipes=["demo_clip_ft", "demo_trohn_text"]))
     ran = []
-    seed.run = lambda name, cmd, threads=2: ran.append((name, cmd))
+    seed.run = lambda name, cmd, threads=2, step="": ran.append((name, cmd))
     seed.build_world()
     seed.negclip_data()
     world = ran[0][1]
@@ -125,8 +125,8 @@ def test_the_default_demo_runs_the_left_right_finetune_on_both_shard_sets(demo, 
 def test_progress_lines_come_from_the_newest_bar_in_a_step_log(demo, tmp_path):
     log = tmp_path / "step.log"
     log.write_text("$ python trainer/train.py\nwarning: something\n"
-                   "epoch 0:  10%|#         | 32/320 [00:10<01:30,  3.20step/s, loss=4.1]\r"
-                   "epoch 0:  20%|##        | 64/320 [00:20<01:20,  3.20step/s, loss=3.9]\r")
+                   "epoch 1/4:  10%|#         | 32/320 [00:10<01:30,  3.20step/s, loss=4.1]\r"
+                   "epoch 1/4:  20%|##        | 64/320 [00:20<01:20,  3.20step/s, loss=3.9]\r")
     line = demo.last_progress(log)
     assert "64/320" in line and "01:20" in line
     assert demo.last_progress(tmp_path / "missing.log") == ""
@@ -174,7 +174,7 @@ def test_plots_integer_epochs_base_at_epoch_zero_chance_and_no_empty_error_bars(
     first = t2i.get_lines()[0]
     assert list(first.get_xdata()) == [0, 1] and list(first.get_ydata()) == pytest.approx([30.0, 40.0])
     assert any(list(line.get_ydata()) == [25.0, 25.0] for line in t2i.get_lines())  # chance, BiVLC T2I
-    partner = curves.axes[-1].get_lines()[0]  # only TROHN-Img-style has partners: same colour as elsewhere
+    partner = curves.axes[6].get_lines()[0]  # only TROHN-Img-style has partners: same colour as elsewhere
     assert partner.get_label() == "TROHN-Img-style" and partner.get_color() == t2i.get_lines()[1].get_color()
 
 
@@ -223,3 +223,127 @@ def test_bad_arch_or_size_stops_before_anything_is_written(demo, tmp_path, capsy
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and bad[0] in err, err
     assert not (tmp_path / "out").exists()
+
+
+def _stub_steps_done(demo, seed):
+    """A seed whose world, base model, NegCLIP data and start numbers exist (their steps skip)."""
+    seed.world.mkdir(parents=True, exist_ok=True)
+    (seed.world / "world.json").write_text("{}")
+    seed.base.write_bytes(b"")
+    (seed.world / "train_negclip").mkdir(parents=True, exist_ok=True)
+    (seed.world / "train_negclip" / "manifest.json").write_text(json.dumps({"complete": True}))
+    (seed.dir / "start").mkdir(parents=True, exist_ok=True)
+    for recipe in seed.args.recipes:
+        (seed.dir / "start" / f"{recipe}.json").write_text(json.dumps({"val/i2t_acc": 0.5}))
+
+
+def test_overall_progress_names_the_finetune_and_gives_elapsed_and_eta(demo, tmp_path, capsys):
+    """A stubbed run of two finetunes: each start and each progress round prints the demo's
+    overall line (`finetune 2 of 2`, elapsed, ETA for the whole demo) on stderr."""
+    import sys
+    seed = demo.Seed(tmp_path, 0, _args(recipes=["demo_clip_ft", "demo_trohn_text"], progress_every=0))
+    _stub_steps_done(demo, seed)
+    bar = "epoch 2/3:  50%|#####     | 5/10 [00:01<00:01,  5.00step/s]"
+    seed.train_cmd = lambda recipe: [sys.executable, "-c", f"import sys, time; sys.stderr.write({bar!r} + '\\r'); "
+                                     "sys.stderr.flush(); time.sleep(2.5)"]
+    demo.Overall([seed], slots=2)
+    demo.run_seed(seed, slots=2)
+    err = capsys.readouterr().err
+    assert "overall: seed 0 (1 of 1), finetune 1 of 2 (demo_trohn_text); elapsed " in err
+    assert "overall: seed 0 (1 of 1), finetune 2 of 2 (demo_clip_ft); elapsed " in err
+    assert "ETA " in err and "for the whole demo" in err
+    assert "demo_trohn_text: epoch 2/3: 50%" in err  # the bar with its own 1-based epoch of the total
+    assert "(epoch " not in err
+    assert demo.bar_fraction(bar) == pytest.approx(0.5)  # epoch 2 of 3, half way: (1 + 0.5) / 3
+    assert demo.bar_fraction("4000/4000 samples (472/s)") == 1.0 and demo.bar_fraction("no count") is None
+
+
+def test_overall_eta_scales_the_expected_step_times_by_the_speed_so_far(demo, tmp_path):
+    now = [100.0]
+    seed = demo.Seed(tmp_path, 0, _args(recipes=["demo_clip_ft"]))
+    (seed.world).mkdir(parents=True)
+    (seed.world / "world.json").write_text("{}")  # done: not counted
+    overall = demo.Overall([seed], slots=2, clock=lambda: now[0])
+    assert set(overall.units) == {(0, "base model"), (0, "start numbers"), (0, "demo_clip_ft")}
+    left = demo.EXPECTED_S["base model"] + demo.EXPECTED_S["start numbers"] + demo.FINETUNE_S["demo_clip_ft"] / 2
+    assert overall.eta() == pytest.approx(left)  # nothing done yet: the expected seconds
+    overall.progress(0, "base model", 0.5)
+    now[0] += demo.EXPECTED_S["base model"]  # half the base model took its whole expected time: speed 2
+    assert overall.eta() == pytest.approx(2 * (left - demo.EXPECTED_S["base model"] / 2))
+    assert "elapsed 2.7 min" in overall.line(seed, "base model")
+
+
+def test_a_rerun_keeps_the_recorded_wall_time_of_the_steps_it_skips(demo, tmp_path):
+    seed = demo.Seed(tmp_path, 0, _args(recipes=["demo_clip_ft"], progress_every=30))
+    _stub_steps_done(demo, seed)
+    seed.record_time("world", 30.0)
+    seed.record_time("base model", 150.0)
+    seed.record_time("finetunes", 420.0)
+    (seed.runs / "demo_clip_ft").mkdir(parents=True)
+    (seed.runs / "demo_clip_ft" / "DONE").write_text("")
+    before = seed.wall_times()
+    demo.run_seed(seed, slots=2)  # every step done: nothing runs
+    assert seed.wall_times() == before
+    assert demo.total_minutes([seed]) == pytest.approx(10.0)
+    ran = []
+    assert seed.timed("start numbers", lambda: ran.append(1) or True) and ran
+    assert "start numbers" in seed.wall_times() and seed.wall_times()["world"] == 30.0
+
+
+def test_tensorboard_holds_the_epoch_zero_points_the_curves_plot(demo, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    seeds = [demo.Seed(tmp_path, 0, _args(recipes=["demo_clip_ft", "demo_trohn_img"]))]
+    _write_run(seeds[0], "demo_pretrain", [{"bivlc/t2i": 0.2}, {"bivlc/t2i": 0.3, "val/i2t_acc": 0.9}])
+    (seeds[0].dir / "start").mkdir(parents=True)
+    (seeds[0].dir / "start" / "demo_trohn_img.json").write_text(json.dumps({"val/partner_acc": 0.6}))
+    assert demo.write_start_scalars(seeds[0], "demo_trohn_img")
+    assert not demo.write_start_scalars(seeds[0], "demo_trohn_img")  # once: a rerun adds no second point
+    _write_run(seeds[0], "demo_trohn_img", [{"bivlc/t2i": 0.4, "val/partner_acc": 0.7}])
+    _write_run(seeds[0], "demo_clip_ft", [{"bivlc/t2i": 0.4}])
+    events = EventAccumulator(str(seeds[0].runs / "demo_trohn_img" / "tensorboard"))
+    events.Reload()
+    assert [(e.step, round(e.value, 6)) for e in events.Scalars("eval/bivlc/t2i")] == [(0, 0.3)]
+    assert [(e.step, round(e.value, 6)) for e in events.Scalars("val/partner_acc")] == [(0, 0.6)]
+    assert "eval/val/i2t_acc" not in events.Tags()["scalars"]  # the base run's own validation is not the finetune's
+    summary = demo.summarise(seeds, ("demo_clip_ft", "demo_trohn_img"))
+    _, curves = demo.plots(summary, seeds, tmp_path, close=False)
+    t2i = curves.axes[2].get_lines()[1]  # TROHN-Img-style
+    partner = curves.axes[6].get_lines()[0]
+    assert t2i.get_ydata()[0] == pytest.approx(100 * events.Scalars("eval/bivlc/t2i")[0].value)
+    assert partner.get_ydata()[0] == pytest.approx(100 * events.Scalars("val/partner_acc")[0].value)
+
+
+def test_curves_are_two_rows_at_a_normal_size_with_chance_on_every_panel(demo, tmp_path):
+    from PIL import Image
+    from compclip.trainer.recipe import load_recipe
+    seeds = [demo.Seed(tmp_path, 0, _args())]
+    _write_run(seeds[0], "demo_pretrain", [{"bivlc/t2i": 0.3}])
+    _write_run(seeds[0], "demo_clip_ft", [{"bivlc/t2i": 0.4}])
+    _, curves = demo.plots(demo.summarise(seeds, ("demo_clip_ft",)), seeds, tmp_path, close=False)
+    width, height = Image.open(tmp_path / "curves.png").size
+    assert (width, height) == (1560, 792)  # was 2688 x 456: one row of seven panels
+    panels = curves.axes[:len(demo.CURVES)]
+    assert len({round(ax.get_position().y0, 3) for ax in panels}) == 2  # two rows
+    for ax, (metric, _) in zip(panels, demo.CURVES):
+        chance = 100 * {**demo.CHANCE, **demo.CHANCE_VAL}[metric]
+        assert any(line.get_linestyle() == "--" and list(line.get_ydata()) == [chance, chance]
+                   for line in ax.get_lines()), metric
+    for name in demo.FINETUNES:  # hard-negative chance 1/2: at most one negative per image or partner
+        n = load_recipe(str(ROOT / "recipes" / f"{name}.yaml"), []).negatives
+        assert n.per_image <= 1 and n.per_partner <= 1
+
+
+def test_a_rerun_with_every_step_done_writes_the_recorded_time_into_results(demo, tmp_path):
+    """The whole `main` on a finished demo folder: nothing runs, and results.md states the
+    recorded wall time of the steps (10.0 min), not this rerun's 0.0 min."""
+    args = _args(recipes=["demo_clip_ft"])
+    seed = demo.Seed(tmp_path / "out", 0, args)
+    _stub_steps_done(demo, seed)
+    for recipe in ("demo_pretrain", "demo_clip_ft"):
+        _write_run(seed, recipe, [{"bivlc/t2i": 0.3}])
+        (seed.runs / recipe / "DONE").write_text("")
+    seed.record_time("base model", 240.0)
+    seed.record_time("finetunes", 360.0)
+    assert demo.main(["--out", str(tmp_path / "out"), "--recipes", "demo_clip_ft"]) == 0
+    text = (tmp_path / "out" / "results.md").read_text()
+    assert "; 10.0 min wall" in text and " 0.0 min" not in text

@@ -482,7 +482,8 @@ class Trainer:
         for epoch in range(self.state.epoch, r.schedule.epochs):
             self.stream.set_position(epoch, self.state.batch_in_epoch, self.local_streams)
             batches = iter(loader)
-            self.monitor.start_epoch(epoch, self.steps_per_epoch, self.state.batch_in_epoch // self.accum)
+            self.monitor.start_epoch(epoch, self.steps_per_epoch, self.state.batch_in_epoch // self.accum,
+                                     r.schedule.epochs)
             tick, tick_samples = time.perf_counter(), 0
             while self.state.batch_in_epoch < batches_per_epoch:
                 micro = [next(batches) for _ in range(self.accum)]

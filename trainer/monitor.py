@@ -1,4 +1,5 @@
-"""Run monitoring on rank 0: TensorBoard scalars, other trackers, `eval.jsonl`, and a tqdm progress bar.
+"""Run monitoring on rank 0: TensorBoard scalars, other trackers, `eval.jsonl`, and a tqdm progress bar
+per epoch (`epoch 2/3`: epochs counted from 1, as `eval.jsonl` and the eval lines count them, with the total).
 
 Trackers (`logging.report_to`, accelerate's `log_with` names): `tensorboard` is this module's own
 SummaryWriter in `<run_dir>/tensorboard` (written only while `logging.tensorboard` is also true);
@@ -119,6 +120,11 @@ def start_trackers(names: list[str], project: str, run_dir: Path, config: dict) 
     return trackers
 
 
+def bar_label(epoch: int, epochs: Optional[int] = None) -> str:
+    """The progress bar's label of the 0-based `epoch`: `epoch 1/3` (1-based, with the total)."""
+    return f"epoch {epoch + 1}" + (f"/{epochs}" if epochs else "")
+
+
 class Monitor:
     def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, progress: bool,
                  resumed_step: Optional[int] = None, pending_eval: bool = False,
@@ -138,10 +144,12 @@ class Monitor:
         self.progress = progress and enabled
         self.bar: Optional[tqdm] = None
 
-    def start_epoch(self, epoch: int, total: int, done: int) -> None:
+    def start_epoch(self, epoch: int, total: int, done: int, epochs: Optional[int] = None) -> None:
+        """A bar for the 0-based `epoch` of `epochs`, labelled from 1 as `eval.jsonl` and the eval
+        lines count epochs: `epoch 1/3`."""
         if self.progress:
-            self.bar = tqdm(total=total, initial=done, desc=f"epoch {epoch}", unit="step", dynamic_ncols=True,
-                            file=sys.stderr)
+            self.bar = tqdm(total=total, initial=done, desc=bar_label(epoch, epochs), unit="step",
+                            dynamic_ncols=True, file=sys.stderr)
 
     def advance(self, loss: float, samples_per_s: float) -> None:
         if self.bar is not None:

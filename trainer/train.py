@@ -16,7 +16,8 @@ Order of work:
    by another run (`run.lock`) and free of another run's checkpoints (unless resuming or
    `checkpoint.overwrite`); the checkpoint a resume starts from trained with this recipe's values
    of the training keys (unless `checkpoint.allow_recipe_change`). Any problem -> one line on
-   stderr, exit 2, before any model is built.
+   stderr, exit 2, before any model is built; `--check` runs every check and prints one
+   `error:` line per problem found.
    A warning line (no exit) when more than 1 % of the negative columns would be padding, as
    estimated on each source's first 1,000 samples;
 2. model, optimiser, schedule, data streams; resume from the latest usable checkpoint if asked
@@ -173,53 +174,104 @@ def warn_padding(recipe, sources) -> None:
             print(line, file=sys.stderr, flush=True)
 
 
-def preflight(recipe):
-    """Every check that needs no model (step 1 of the module docstring); raises on a problem.
-    Returns (training sources, validation sources or None, overlap {benchmark: images})."""
+class PreflightProblems(Exception):
+    """Several pre-flight problems, each an error of its own (`errors`), reported together."""
+
+    def __init__(self, errors: list[BaseException]):
+        super().__init__(f"{len(errors)} problems: " + "; ".join(cli.describe(e) for e in errors))
+        self.errors = errors
+
+
+class _Problems:
+    """Runs the pre-flight's checks; with `collect`, a failing check is kept and the next one runs
+    (`--check` lists every problem of a recipe in one run), else the first failure raises."""
+
+    def __init__(self, collect: bool):
+        self.collect, self.errors = collect, []
+
+    def check(self, fn, *args, **kwargs):
+        """`fn(*args, **kwargs)`; its result, or None when it failed and problems are collected."""
+        try:
+            return fn(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001 -- each is reported as its own `error:` line
+            if not self.collect:
+                raise
+            self.errors.append(err)
+            return None
+
+    def ok(self, since: int) -> bool:
+        """No problem found since `since` problems had been found."""
+        return len(self.errors) == since
+
+    def raise_any(self) -> None:
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            raise PreflightProblems(self.errors)
+
+
+def preflight(recipe, collect: bool = False):
+    """Every check that needs no model (step 1 of the module docstring); raises on a problem
+    (with `collect`, after running every check: one error, or `PreflightProblems` holding each;
+    a check that needs what a failed one gives is skipped). Returns (training sources, validation
+    sources or None, overlap {benchmark: images})."""
     from compclip import runlock
     from compclip.trainer import checkpointing, evaluation, streams
     from compclip.trainer.data import DataError, check_features, resolve_sources
     from compclip.trainer.recipe import RecipeError, check_best_metric
-    d = recipe.data
-    check_zero_stage()
-    check_model(recipe)
-    check_trackers(recipe)
-    check_best_metric(recipe)
+    d, c, n = recipe.data, recipe.checkpoint, recipe.negatives
+    p = _Problems(collect)
+    p.check(check_zero_stage)
+    p.check(check_model, recipe)
+    p.check(check_trackers, recipe)
+    p.check(check_best_metric, recipe)
     folder = run_dir(recipe)
-    check_writable(folder)
+    p.check(check_writable, folder)
     if os.environ.get("RANK", "0") == "0":  # the other ranks would see their own run's lock
-        try:
-            runlock.check(folder)
-        except runlock.RunLocked as err:
-            raise cli.InputError(str(err)) from None
-    sources = resolve_sources(d.train_shards, allow_incomplete=d.allow_incomplete)
-    n = recipe.negatives
-    check_features(sources, d.partner, n.per_image, mixed=d.source_batch is not None,
-                   negatives_per_partner=n.per_partner, rules=n.rules)
-    val_sources = (resolve_sources(d.val_shards, "data.val_shards", allow_incomplete=d.allow_incomplete)
+        def locked():
+            try:
+                runlock.check(folder)
+            except runlock.RunLocked as err:
+                raise cli.InputError(str(err)) from None
+        p.check(locked)
+    before = len(p.errors)
+    sources = p.check(resolve_sources, d.train_shards, allow_incomplete=d.allow_incomplete)
+    if sources is not None:
+        p.check(check_features, sources, d.partner, n.per_image, mixed=d.source_batch is not None,
+                negatives_per_partner=n.per_partner, rules=n.rules)
+    val_sources = (p.check(resolve_sources, d.val_shards, "data.val_shards", allow_incomplete=d.allow_incomplete)
                    if d.val_shards else None)
-    if d.sampling == "exact" or d.val_fraction:
-        streams.require_folders(sources, "data.train_shards")
+    if sources is not None and (d.sampling == "exact" or d.val_fraction):
+        p.check(streams.require_folders, sources, "data.train_shards")
     if val_sources:
-        streams.require_folders(val_sources, "data.val_shards")
-    evaluation.check_available(recipe.eval)
-    evaluation.check_data(recipe.eval)
-    overlap = evaluation.overlap_with_benchmarks(recipe.eval, sources)
-    if overlap and not recipe.eval.allow_overlap:
-        listed = ", ".join(f"{name}: {n} image(s)" for name, n in sorted(overlap.items()))
-        raise DataError(f"training images are in evaluation sets ({listed}); rebuild the shard set with "
-                        f"benchmark images excluded (docs/data_prep.md) or set eval.allow_overlap=true "
-                        f"(the numbers are then flagged)")
-    c = recipe.checkpoint
+        p.check(streams.require_folders, val_sources, "data.val_shards")
+    sources_ok = p.ok(before) and sources is not None
+    before = len(p.errors)
+    p.check(evaluation.check_available, recipe.eval)
+    if p.ok(before):
+        p.check(evaluation.check_data, recipe.eval)
+    overlap = {}
+    if sources_ok and p.ok(before):
+        overlap = p.check(evaluation.overlap_with_benchmarks, recipe.eval, sources) or {}
+        if overlap and not recipe.eval.allow_overlap:
+            listed = ", ".join(f"{name}: {k} image(s)" for name, k in sorted(overlap.items()))
+            p.check(_raise, DataError(f"training images are in evaluation sets ({listed}); rebuild the shard set "
+                                      f"with benchmark images excluded (docs/data_prep.md) or set "
+                                      f"eval.allow_overlap=true (the numbers are then flagged)"))
     if c.resume is None and not c.overwrite and checkpointing.existing_checkpoints(folder):
-        raise RecipeError(f"{folder / 'checkpoints'} already holds checkpoints of another run; "
-                          f"continue it with checkpoint.resume=auto, or start over with checkpoint.overwrite=true")
-    candidate = checkpointing.resume_candidate(c.resume, folder)
+        p.check(_raise, RecipeError(f"{folder / 'checkpoints'} already holds checkpoints of another run; continue "
+                                    f"it with checkpoint.resume=auto, or start over with checkpoint.overwrite=true"))
+    candidate = p.check(checkpointing.resume_candidate, c.resume, folder)
     if candidate is not None:  # the training keys of its recipe must be this one's (allow_recipe_change)
-        checkpointing.check_recipe(candidate, recipe)
+        p.check(checkpointing.check_recipe, candidate, recipe)
+    p.raise_any()
     if os.environ.get("RANK", "0") == "0":  # every check passed: warnings only
         warn_padding(recipe, sources)
     return sources, val_sources, overlap
+
+
+def _raise(err: BaseException) -> None:
+    raise err
 
 
 def build_parser():
@@ -237,8 +289,16 @@ def build_parser():
 
 def _train(args) -> int:
     from compclip.trainer.recipe import load_recipe
+    from compclip import lognoise as noise
+    noise.install()  # DeepSpeed's "Setting accelerator to CPU" on a machine without CUDA
     recipe = load_recipe(args.recipe, args.overrides)
-    sources, val_sources, overlap = preflight(recipe)
+    try:
+        sources, val_sources, overlap = preflight(recipe, collect=args.check)
+    except PreflightProblems as problems:  # --check: one `error:` line per problem
+        for err in problems.errors:
+            print(f"error: {cli.describe(err)}", file=sys.stderr, flush=True)
+        print(f"{args.recipe}: {len(problems.errors)} pre-flight problems", file=sys.stderr, flush=True)
+        return max(cli.exit_status(err) for err in problems.errors)
     if args.check:
         print(f"{args.recipe}: pre-flight checks passed", file=sys.stderr)
         return 0
