@@ -14,6 +14,9 @@ numbers of a full run. All scripts get `OMP_NUM_THREADS=MKL_NUM_THREADS=OPENBLAS
 --threads` (default 1: per-core numbers; on a shared 2-core box more threads per process ran
 several times slower), except the exact-kNN timing, which gets every core (`--knn-threads`),
 as the BLAS bound is the machine's. The trainer bench sets threads per case itself.
+When torch sees a CUDA device, the GPU rows run too (`bench/bench_gpu.py` and `bench/bench_eval.py
+--device cuda`, RESULTS.md section 9); without one, each is recorded as not run (no CUDA device)
+in the run's table and nothing is measured.
 """
 from __future__ import annotations
 
@@ -46,14 +49,31 @@ STEPS = {
     "world": ("bench/bench_world.py", "world", ["--no-build"], ["--quick"], {}),
     "same_image": ("bench/bench_same_image.py", "same_image", [], ["--quick"], {}),
     "loader": ("bench/bench_loader.py", "loader", [], ["--quick"], {}),
+    # the GPU rows: run only when torch sees a CUDA device (`needs`); ARO and left-right need spaCy
+    "gpu": ("bench/bench_gpu.py", "gpu", [], ["--quick"], {"needs": "cuda"}),
+    "gpu_eval": ("bench/bench_eval.py", "gpu_eval",
+                 ["--device", "cuda", "--arch", "ViT-B-32", "--batch-size", "256", "--reps", "2", "--benchmarks",
+                  "bivlc", "retrieval", "sugarcrepe", "sugarcrepe_pp", "visla", "visla_lexical", "zeroshot"],
+                 ["--device", "cuda", "--quick"], {"needs": "cuda"}),
 }
+NO_CUDA = "not run: no CUDA device (torch.cuda.is_available() is False)"
+
+
+def cuda_visible() -> bool:
+    import torch
+    return torch.cuda.is_available()
 GPU_GOAL = 1300
 
 
-def run_step(name: str, args, env: dict, results_dir: Path) -> dict:
+def run_step(name: str, args, env: dict, results_dir: Path, cuda: bool = False) -> dict:
     script, json_name, full, quick, over = STEPS[name]
     out = results_dir / f"{json_name}.json"
     cmd = [sys.executable, script] + (quick if args.quick else full) + ["--out", str(out)]
+    if over.get("needs") == "cuda" and not cuda:
+        shown = command_line(cmd[1:]).replace(str(ROOT) + "/", "")
+        log(f"== {name}: {NO_CUDA}")
+        return {"name": name, "command": shown, "env_threads": None, "returncode": None, "skipped": NO_CUDA,
+                "wall_s": 0.0}
     step_env = dict(env)
     if over.get("threads") == "knn":
         cmd += ["--threads", str(args.knn_threads)]
@@ -104,7 +124,7 @@ def render(res: dict, run: dict) -> str:
           f"- date: {run['date']}; whole run {fmt_num(run.get('wall_s'))} s",
           f"- git commit: {run['git_commit']}",
           f"- machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, {m['platform']}",
-          f"- GPU: {gpu or 'none on this machine; GPU numbers come from their own command (section 9)'}",
+          f"- GPU: {gpu or 'none on this machine: the GPU rows were not run (section 9 shows the JSON of a GPU machine, if any)'}",
           f"- load average (1, 5, 15 min) at start: {run['load_start']}; at end: {run.get('load_end')} "
           "(above 0 means other work shared the CPU; repetitions are interleaved so drift hits all cases alike)",
           f"- threads: OMP/MKL/OpenBLAS = {run['threads']} per process unless a row says otherwise; "
@@ -112,7 +132,7 @@ def render(res: dict, run: dict) -> str:
           "- versions: " + ", ".join(f"{k} {val or 'not installed'}" for k, val in v.items()), ""]
     L.append(markdown_table(["script", "exact command", "wall s", "status"],
                             [[s["name"], f"`{s['command']}`", fmt_num(s["wall_s"]),
-                              "ok" if s["returncode"] == 0 else f"FAILED ({s['returncode']})"]
+                              s.get("skipped") or ("ok" if s["returncode"] == 0 else f"FAILED ({s['returncode']})")]
                              for s in run["steps"]], align=["l", "l", "r", "l"]))
     L.append("")
     goals, notes = [], []
@@ -507,8 +527,8 @@ def section_loader(r, goals, notes) -> str:
 
 def section_gpu(r, ev, goals, notes) -> str:
     """One GPU card, one command (bench/bench_gpu.py, launch/gpu_check.sh): ours vs open_clip_train,
-    NegCLIP-style, where the time goes; eval on CUDA (bench_eval.py --device cuda). Not run by
-    run_all.py: its JSON files come from a GPU machine."""
+    NegCLIP-style, where the time goes; eval on CUDA (bench_eval.py --device cuda). run_all.py runs
+    both when CUDA is visible; otherwise the JSON files come from a GPU machine."""
     L = ["## 9. GPU (bench/bench_gpu.py, bench/bench_eval.py --device cuda)", ""]
     if not r:
         goals.append(["GPU: NegCLIP-style anchors/s, ours / open_clip_train", "1,300; >= 1.3x", "not measured", "-"])
@@ -600,20 +620,18 @@ def main() -> None:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[var] = str(args.threads)
         names = [n for n in (args.only or list(STEPS)) if n not in args.skip]
+        cuda = any(STEPS[n][4].get("needs") == "cuda" for n in names) and cuda_visible()
         for i, name in enumerate(names):
             log(f"[{i + 1}/{len(names)}] {name}")
-            step = run_step(name, args, env, results_dir)
+            step = run_step(name, args, env, results_dir, cuda)
             run["steps"] = [s for s in run["steps"] if s["name"] != name] + [step]
-            failed |= step["returncode"] != 0
+            failed |= not step.get("skipped") and step["returncode"] != 0
         run["wall_s"] = round(time.perf_counter() - start, 1)
         run["load_end"] = [round(x, 2) for x in os.getloadavg()]
         run_file.write_text(json.dumps(run, indent=1) + "\n")
     res = {}
     for name, (_, json_name, *_rest) in STEPS.items():
         path = results_dir / f"{json_name}.json"
-        res[name] = json.loads(path.read_text()) if path.is_file() else None
-    for name in ("gpu", "gpu_eval"):  # written on a GPU machine (bench/bench_gpu.py), never run here
-        path = results_dir / f"{name}.json"
         res[name] = json.loads(path.read_text()) if path.is_file() else None
     report.write_text(render({**res, "images": res.get("images") or res.get("knn")}, run))
     log(f"wrote {report}")

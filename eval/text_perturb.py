@@ -31,8 +31,19 @@ def pre_caption(caption: str, max_words: int = 30) -> str:
     return " ".join(words[:max_words]) if len(words) > max_words else caption
 
 
+def spacy_missing() -> bool:
+    """Whether spaCy or its model (the `datagen` extra) is missing; nothing is imported."""
+    import importlib.util
+    try:
+        return any(importlib.util.find_spec(m) is None for m in ("spacy", SPACY_MODEL))
+    except ValueError:  # a module set to None in sys.modules
+        return True
+
+
 @lru_cache(maxsize=1)
 def _nlp():
+    if spacy_missing():
+        raise ImportError("tagging captions needs spaCy and its model: pip install 'compclip[datagen]'")
     import spacy
     return spacy.load(SPACY_MODEL, disable=["ner", "lemmatizer", "parser"])
 

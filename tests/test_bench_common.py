@@ -1,6 +1,7 @@
 """bench/common.py: repetition statistics, number formatting, markdown tables, steady-state rates.
 Pure Python (no torch), well under 2 s."""
 import json
+import sys
 
 import pytest
 
@@ -211,3 +212,39 @@ def test_report_loader_reads_the_negclip_draft_uint8_row():
     text = section_loader(r, goals, notes)
     assert text.count("| NegCLIP-style |") == 2
     assert goals[0][-1] == "**missed**" and "100" in goals[0][2] and notes
+
+
+# --- run_all's GPU rows (issue 34) ----------------------------------------------------------------
+
+def _run_all(monkeypatch, tmp_path, cuda: bool) -> tuple[list, dict]:
+    """run_all.main with `--only gpu gpu_eval`, the scripts replaced by a recorder."""
+    import subprocess
+
+    from bench import run_all
+    calls, real = [], subprocess.run
+
+    def fake(cmd, **kw):
+        if str(cmd[1]).startswith("bench/"):  # a bench script: recorded, not run
+            calls.append(cmd)
+            return subprocess.CompletedProcess(cmd, 0)
+        return real(cmd, **kw)
+    monkeypatch.setattr(run_all, "cuda_visible", lambda: cuda)
+    monkeypatch.setattr(subprocess, "run", fake)
+    monkeypatch.setattr(sys, "argv", ["run_all.py", "--only", "gpu", "gpu_eval", "--results-dir", str(tmp_path),
+                                      "--report", str(tmp_path / "R.md")])
+    run_all.main()
+    return calls, json.loads((tmp_path / "run_all.json").read_text())
+
+
+def test_run_all_runs_the_gpu_rows_when_cuda_is_visible(monkeypatch, tmp_path):
+    calls, run = _run_all(monkeypatch, tmp_path, cuda=True)
+    assert [c[1] for c in calls] == ["bench/bench_gpu.py", "bench/bench_eval.py"]
+    assert calls[1][2:4] == ["--device", "cuda"] and calls[0][-1] == str(tmp_path / "gpu.json")
+    assert [s["returncode"] for s in run["steps"]] == [0, 0]
+
+
+def test_run_all_records_the_gpu_rows_as_not_run_without_cuda(monkeypatch, tmp_path):
+    calls, run = _run_all(monkeypatch, tmp_path, cuda=False)
+    assert calls == []
+    assert [s["skipped"] for s in run["steps"]] == ["not run: no CUDA device (torch.cuda.is_available() is False)"] * 2
+    assert (tmp_path / "R.md").read_text().count("| not run: no CUDA device") == 2

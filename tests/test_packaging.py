@@ -1,6 +1,7 @@
 """One import name: the toolkit is `compclip` alone (docs/architecture.md, "One import name").
 
-- `pyproject.toml` lists every package folder as a subpackage of `compclip`, mapped to its folder;
+- `pyproject.toml` lists every package folder as a subpackage of `compclip`, mapped to its folder,
+  and `recipes/` and `launch/` as the data folders `compclip.recipes` and `compclip.launch`;
 - no file of the repository imports a top-level `trainer`, `datagen`, `eval` or `models`;
 - the API imports from a folder that has its own `models/` and `eval/` packages, which stay the
   caller's;
@@ -17,6 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ("trainer", "datagen", "eval", "models")
+DATA_FOLDERS = ("recipes", "launch")  # shipped in the wheel as package data (tests/test_install_layout.py)
 
 
 def test_pyproject_maps_every_package_folder_into_compclip():
@@ -24,8 +26,8 @@ def test_pyproject_maps_every_package_folder_into_compclip():
     folders = {".".join(p.parent.relative_to(ROOT).parts) for top in ("compclip",) + FOLDERS
                for p in (ROOT / top).rglob("__init__.py")}
     want = {f if f.split(".")[0] == "compclip" else f"compclip.{f}" for f in folders}
-    assert set(tool["packages"]) == want
-    assert tool["package-dir"] == {"compclip": "compclip", **{f"compclip.{f}": f for f in FOLDERS}}
+    assert set(tool["packages"]) == want | {f"compclip.{f}" for f in DATA_FOLDERS}
+    assert tool["package-dir"] == {"compclip": "compclip", **{f"compclip.{f}": f for f in FOLDERS + DATA_FOLDERS}}
 
 
 def test_nothing_imports_the_folders_as_top_level_packages():

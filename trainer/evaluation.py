@@ -4,7 +4,8 @@ Wraps the unwrapped in-training model in `eval.scorer.OpenClipScorer` (eval tran
 and calls `eval.api.evaluate(scorer, benchmarks, data_root, options) -> {"<benchmark>/<metric>":
 float}`. `eval.api` is imported lazily, so the trainer runs without it when no benchmark is
 named; `check_available` fails early (before training) when benchmarks are named but it is
-missing. The caller decides where it runs (rank 0, or every rank with `eval.distributed`).
+missing, or when a benchmark that tags captions with spaCy (`SPACY_BENCHMARKS`) is named and
+spaCy is not installed (the `datagen` extra). The caller decides where it runs (rank 0, or every rank with `eval.distributed`).
 
 Before training: `check_data` asks `eval.api.check_data` whether every benchmark's files are
 there (every missing file listed on stderr, then one error line with the command that fetches
@@ -23,6 +24,9 @@ from compclip.eval.scorer import OpenClipScorer
 from compclip.trainer.recipe import EvalConfig
 
 
+SPACY_BENCHMARKS = ("aro", "left_right")  # tag captions with spaCy (compclip.eval.text_perturb.tag)
+
+
 def check_available(cfg: EvalConfig) -> None:
     if not cfg.benchmarks:
         return
@@ -30,6 +34,12 @@ def check_available(cfg: EvalConfig) -> None:
         from compclip.eval.api import evaluate  # noqa: F401
     except ImportError as err:
         raise ImportError(f"eval.benchmarks={cfg.benchmarks} but eval.api.evaluate cannot be imported ({err})") from None
+    tagged = [b for b in cfg.benchmarks if b in SPACY_BENCHMARKS]
+    if tagged:
+        from compclip.eval.text_perturb import spacy_missing
+        if spacy_missing():
+            raise ImportError(f"eval.benchmarks has {', '.join(tagged)}, which tag captions with spaCy, and spaCy "
+                              f"is not installed: pip install 'compclip[datagen]', or leave them out of eval.benchmarks")
 
 
 def check_data(cfg: EvalConfig) -> None:

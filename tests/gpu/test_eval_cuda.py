@@ -101,3 +101,18 @@ def test_bf16_scorer_on_cuda_close_to_fp32(scored):
     assert torch.isfinite(got).all() and cos.min() > 0.99
     metrics = run(low, ["sugarcrepe", "visla"], scored["root"], progress=False)
     assert all(0 <= v <= 1 for r in metrics.values() for v in r.headline.values() if v == v)
+
+
+def test_fp16_scorer_on_cuda_close_to_fp32(scored):
+    """fp16 (`precision="fp16"`: the towers' weights and the scores in fp16, as the reference
+    scripts) keeps 11 significant bits: unit embeddings within cosine 0.999 of fp32's on the CPU."""
+    rec = scored["recording"]
+    low = OpenClipScorer.from_loaded(scored["loaded_gpu"], batch_size=32, device="cuda", precision="fp16")
+    texts, images = list(dict.fromkeys(rec.texts))[:200], rec.images[:64]
+    for ref, got in ((rec.inner.encode_texts(texts), low.encode_texts(texts)),
+                     (rec.inner.encode_images(images), low.encode_images(images))):
+        assert got.dtype == torch.float16 and got.device.type == "cpu"
+        cos = (ref.float() * got.float()).sum(-1)
+        assert torch.isfinite(got).all() and cos.min() > 0.999, cos.min()
+    metrics = run(low, ["sugarcrepe", "visla"], scored["root"], progress=False)
+    assert all(0 <= v <= 1 for r in metrics.values() for v in r.headline.values() if v == v)
