@@ -17,11 +17,18 @@ shapes differ from the architecture's are refused, not resized. A file that cann
 command can validate every model it was given before loading the first. `tag_weights_problem`
 says whether an open_clip tag's weights can be had (in the local cache, or the hub / URL reachable
 and not offline) before anything tries to download them.
+
+`arch="hf-hub:ORG/NAME"` is a Hugging Face hub model in open_clip's form (`open_clip_config.json`
+and `open_clip_model.safetensors` or `open_clip_pytorch_model.bin`, read through the Hugging Face
+cache, offline when HF_HUB_OFFLINE=1): its config's `quick_gelu` says which activation its weights
+need. With a checkpoint as `pretrained` (a run trained from it names that architecture), the
+hub's config builds the model and the checkpoint's weights replace the hub's.
 """
 from __future__ import annotations
 
 import contextlib
 import difflib
+import json
 import logging
 import os
 import zipfile
@@ -93,6 +100,9 @@ def built_activation(model: nn.Module) -> str:
 
 def _weights_origin(arch: str, pretrained: Optional[str], lineage: str) -> tuple[str, Optional[str]]:
     """(lineage, activation the weights were trained with or None if unknown)."""
+    if is_hf_hub(arch) and not pretrained:
+        quick = bool(_hf_hub_config(arch).get("quick_gelu", False))
+        return ("openai" if lineage == "openai" else "other"), "quickgelu" if quick else "gelu"
     if not pretrained:
         return "none", None
     if os.path.isfile(pretrained):
@@ -138,7 +148,8 @@ def load_model(
             f"but model.activation={activation} was asked for; use activation=auto or {weights_act}")
     want = weights_act if activation == "auto" else activation
 
-    arch_quick = bool(open_clip.get_model_config(arch).get("quick_gelu", False))
+    arch_quick = bool((_hf_hub_config(arch) if is_hf_hub(arch) else open_clip.get_model_config(arch))
+                      .get("quick_gelu", False))
     kwargs: dict[str, Any] = {}
     if want == "quickgelu" and not arch_quick:
         kwargs["force_quick_gelu"] = True
@@ -149,11 +160,15 @@ def load_model(
                     "building %s as configured. Set model.lineage=openai for OpenAI-derived weights.",
                     pretrained, arch)
 
+    hub_file = is_hf_hub(arch) and bool(pretrained) and os.path.isfile(pretrained)  # open_clip ignores `pretrained` for hf-hub names
     quiet = noise.random_weights_asked() if pretrained is None else contextlib.nullcontext()
     try:
         with quiet:  # random weights asked for: open_clip's "No pretrained weights loaded" only repeats it
             model, preprocess_train, preprocess = open_clip.create_model_and_transforms(
-                arch, pretrained=pretrained, device=device, precision=precision, cache_dir=cache_dir, **kwargs)
+                arch, pretrained=None if hub_file else pretrained, load_weights=not hub_file, device=device,
+                precision=precision, cache_dir=cache_dir, **kwargs)
+        if hub_file:
+            open_clip.load_checkpoint(model, pretrained)
     except RuntimeError as err:
         if state is None or "loading state_dict" not in str(err):
             raise
@@ -204,7 +219,12 @@ def resolve_model(arch: Optional[str], pretrained: Optional[str]) -> tuple[str, 
     elif arch is None:
         raise InputError(f"no architecture given for weights '{pretrained or 'none'}'; give an open_clip "
                          "architecture (only a compclip checkpoint names its own)")
-    if arch not in open_clip.list_models():
+    if is_hf_hub(arch):
+        if pretrained and not os.path.isfile(pretrained):
+            raise InputError(f"{arch} takes its weights from the hub: pretrained '{pretrained}' must be a "
+                             "checkpoint file or left out")
+        _hf_hub_config(arch)  # one line naming the repo when its config cannot be had
+    elif arch not in open_clip.list_models():
         ours = ", ".join(registry.TINY_ARCHS)
         close = difflib.get_close_matches(arch, open_clip.list_models(), n=3)
         hint = f"did you mean {', '.join(close)}? " if close else ""
@@ -213,6 +233,29 @@ def resolve_model(arch: Optional[str], pretrained: Optional[str]) -> tuple[str, 
     if pretrained and not os.path.isfile(pretrained):
         _weights_origin(arch, pretrained, "auto")  # an unknown tag fails here, listing the known ones
     return arch, pretrained
+
+
+def is_hf_hub(arch: Optional[str]) -> bool:
+    return bool(arch) and arch.startswith("hf-hub:")
+
+
+def _hf_hub_config(arch: str) -> dict:
+    """The `model_cfg` of an `hf-hub:ORG/NAME` model's `open_clip_config.json`, through open_clip's
+    download (the Hugging Face cache; offline with HF_HUB_OFFLINE=1); `InputError` naming the repo
+    when it cannot be had or has no `model_cfg`."""
+    from open_clip.pretrained import download_pretrained_from_hf
+    repo = arch[len("hf-hub:"):]
+    try:
+        path = download_pretrained_from_hf(repo, filename="open_clip_config.json")
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (FileNotFoundError, OSError, ValueError) as err:
+        first = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        raise InputError(f"{arch}: its open_clip_config.json cannot be had from the Hugging Face cache or hub "
+                         f"({first})") from None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model_cfg"), dict):
+        raise InputError(f"{arch}: open_clip_config.json has no 'model_cfg' (not an open_clip model)")
+    return cfg["model_cfg"]
 
 
 def _hub_names(filename: str) -> list[str]:
