@@ -9,9 +9,9 @@ import datasets
 import pytest
 
 from compclip.datagen.__main__ import main
-from compclip.datagen.prepare.coco import prepare_coco
+from compclip.datagen.prepare.coco import CocoOptions, prepare_coco
 from compclip.datagen.prepare.exclude import benchmark_exclusion
-from compclip.datagen.prepare.trohn import prepare_trohn
+from compclip.datagen.prepare.trohn import TrohnOptions, prepare_trohn
 from compclip.shardset.shards import iter_raw_samples, read_image_ids, read_manifest, shard_urls
 from compclip.shardset.benchmark_ids import coco_ids_of
 from tests.fixtures.faults import Killed, killed_after
@@ -73,8 +73,8 @@ def test_captions_val2017_next_to_the_input_is_found(coco, tmp_path):
     (tmp_path / "captions_val2017.json").write_text(json.dumps(
         {"images": [{"id": 100, "file_name": file_name(100)}], "annotations": []}))
     manifest = prepare_coco(tmp_path / "out", coco / "train2017",
-                            captions=tmp_path / "captions_train2017.json",
-                            benchmarks_root=tmp_path / "none", progress=False)
+                            CocoOptions(captions=tmp_path / "captions_train2017.json",
+                                        benchmarks_root=tmp_path / "none", progress=False))
     assert manifest["excluded"]["coco_val2017"] == 1 and 100 not in read_image_ids(tmp_path / "out")
     assert set(manifest["exclusion"]["unchecked"]) >= {"visla", "sugarcrepe", "retrieval"}
 
@@ -90,9 +90,9 @@ def test_karpathy_input_excludes_its_own_val_and_test_images(tmp_path):
                         "sentences": [{"raw": CAPTIONS[i], "sentid": 60 + i}]})
     (root / "dataset_coco.json").write_text(json.dumps({"images": entries, "dataset": "coco"}))
     bench = benchmarks(tmp_path / "bench", sugarcrepe=[4])
-    manifest = prepare_coco(tmp_path / "k", root, karpathy=root / "dataset_coco.json",
-                            splits=["train", "restval", "val", "test"], benchmarks_root=bench,
-                            progress=False)
+    manifest = prepare_coco(tmp_path / "k", root, CocoOptions(
+        karpathy=root / "dataset_coco.json", splits=["train", "restval", "val", "test"],
+        benchmarks_root=bench, progress=False))
     assert sorted(coco_ids(tmp_path / "k")) == [0, 1]
     assert manifest["excluded"]["karpathy_val"] == 1 and manifest["excluded"]["karpathy_test"] == 1
     assert manifest["excluded"]["sugarcrepe"] == 1 and "karpathy_val" not in manifest["exclusion"]["unchecked"]
@@ -101,8 +101,8 @@ def test_karpathy_input_excludes_its_own_val_and_test_images(tmp_path):
 def test_prepare_trohn_leaves_benchmark_images_out(coco, tmp_path):
     ds = datasets.Dataset.from_dict(trohn_text_rows())  # images 100-103; 102 has no usable negative
     root = benchmarks(tmp_path / "bench", visla=[101])
-    manifest = prepare_trohn(ds, tmp_path / "t", coco / "train2017", progress=False, name="fixture",
-                             benchmarks_root=root, seed=3)
+    manifest = prepare_trohn(ds, tmp_path / "t", coco / "train2017",
+                             TrohnOptions(progress=False, name="fixture", benchmarks_root=root, seed=3))
     assert sorted(set(coco_ids(tmp_path / "t"))) == [100, 103]
     assert manifest["excluded"]["visla"] == 1 and manifest["exclusion"]["items"] == 1
     assert manifest["order"] == {"shuffled": True, "seed": 3}
@@ -122,15 +122,15 @@ def test_exclusion_on_the_real_benchmark_files(shared_benchmarks):
 
 def test_a_resume_with_other_benchmark_files_is_refused(coco, tmp_path):
     root = benchmarks(tmp_path / "bench", sugarcrepe=[101])
-    kwargs = dict(captions=coco / "captions_train2017.json", shard_size=2, progress=False,
-                  benchmarks_root=root)
+    options = CocoOptions(captions=coco / "captions_train2017.json", shard_size=2, progress=False,
+                          benchmarks_root=root)
     with pytest.raises(Killed), killed_after(5):
-        prepare_coco(tmp_path / "out", coco / "train2017", **kwargs)
+        prepare_coco(tmp_path / "out", coco / "train2017", options)
     part = read_manifest(tmp_path / "out")
     assert not part["complete"] and len(part["shards"]) == 2
     (root / "visla" / "Spatial_VISLA.tsv").write_text(f"image\ta\tb\tc\td\r\n{file_name(100)}\ta\tb\tc\td")
     with pytest.raises(ValueError, match="started leaving out other benchmark images"):
-        prepare_coco(tmp_path / "out", coco / "train2017", **kwargs)
+        prepare_coco(tmp_path / "out", coco / "train2017", options)
     (root / "visla" / "Spatial_VISLA.tsv").write_text("image\ta\tb\tc\td")
-    done = prepare_coco(tmp_path / "out", coco / "train2017", **kwargs)  # the same files resume
+    done = prepare_coco(tmp_path / "out", coco / "train2017", options)  # the same files resume
     assert done["complete"] and sorted(set(coco_ids(tmp_path / "out"))) == [100, 102, 103, 104, 105]

@@ -16,10 +16,10 @@ from PIL import Image
 from compclip.datagen.__main__ import main
 from compclip.shardset.imageio import BadImage
 from compclip.shardset.order import shuffled
-from compclip.datagen.prepare.coco import prepare_coco
+from compclip.datagen.prepare.coco import CocoOptions, prepare_coco
 from compclip.datagen.prepare.imagefiles import ImageFiles, MissingImage
 from compclip.datagen.prepare.labels import PairLabeller
-from compclip.datagen.prepare.trohn import RowError, prepare_trohn
+from compclip.datagen.prepare.trohn import RowError, TrohnOptions, prepare_trohn
 from compclip.shardset.schema import ShardSample
 from compclip.shardset.shards import (KeyIndex, iter_raw_samples, read_image_ids, read_manifest, shard_urls,
                             verify_shard_set)
@@ -110,6 +110,37 @@ def test_prepare_coco_negatives_and_knn_feed_the_trainer(coco, tmp_path, capsys)
     assert item.partner_caption in CAPTIONS and len(item.negatives) == 2
 
 
+def test_the_command_line_defaults_are_the_options_defaults(coco, tmp_path, monkeypatch):
+    """`prepare coco|trohn` with no optional flag builds `CocoOptions` / `TrohnOptions` equal to
+    their defaults, but for what the command line fills in (the source, the kinds, the model)."""
+    import dataclasses
+    from compclip.datagen.prepare import coco as coco_module, trohn as trohn_module
+    got = {}
+
+    def capture(name):
+        def run(*args):
+            got[name] = args[-1]
+            return {"shards": []}
+        return run
+    monkeypatch.setattr(coco_module, "prepare_coco", capture("coco"))
+    monkeypatch.setattr(trohn_module, "prepare_trohn", capture("trohn"))
+    captions = coco / "captions_train2017.json"
+    main(["prepare", "coco", "--captions", str(captions), "--images", str(coco / "train2017"),
+          "--out", str(tmp_path / "c")])
+    main(["prepare", "trohn", "--dataset", "fixture", "--images-root", str(coco / "train2017"),
+          "--out", str(tmp_path / "t")])
+    filled = {"captions": str(captions), "splits": ["train"], "kinds": ["swap", "replace", "add"]}
+    for name, cls in (("coco", CocoOptions), ("trohn", TrohnOptions)):
+        options = got[name]
+        for field in dataclasses.fields(cls):
+            if field.name in ("scorer_factory", "knn_options"):  # the model's, from its flags
+                continue
+            want = getattr(cls(), field.name)
+            if name == "coco":
+                want = filled.get(field.name, want)
+            assert getattr(options, field.name) == want, (name, field.name)
+
+
 def test_prepare_coco_knn_checks_the_model_before_any_work(coco, tmp_path, capsys, monkeypatch):
     """An unknown --arch or --pretrained, or weights that cannot be had, used to fail only after
     stage 1 had written every image and negative (hours on COCO); now nothing is written."""
@@ -154,13 +185,13 @@ def test_prepare_coco_missing_image_stops_naming_it_and_keeps_what_was_written(c
 
 
 def test_prepare_coco_resume_is_byte_identical(coco, tmp_path):
-    kwargs = dict(captions=coco / "captions_train2017.json", shard_size=2, progress=False)
-    prepare_coco(tmp_path / "full", coco / "train2017", **kwargs)
+    options = CocoOptions(captions=coco / "captions_train2017.json", shard_size=2, progress=False)
+    prepare_coco(tmp_path / "full", coco / "train2017", options)
     with pytest.raises(Killed), killed_after(5):
-        prepare_coco(tmp_path / "res", coco / "train2017", **kwargs)
+        prepare_coco(tmp_path / "res", coco / "train2017", options)
     part = read_manifest(tmp_path / "res")
     assert not part["complete"] and sum(s["samples"] for s in part["shards"]) == 4
-    prepare_coco(tmp_path / "res", coco / "train2017", **kwargs)
+    prepare_coco(tmp_path / "res", coco / "train2017", options)
     full, res = read_manifest(tmp_path / "full"), read_manifest(tmp_path / "res")
     assert res["complete"] and [s["sha256"] for s in res["shards"]] == [s["sha256"] for s in full["shards"]]
     keys = [s.key for s in samples(tmp_path / "res")]
@@ -177,8 +208,8 @@ def test_prepare_karpathy_keeps_the_chosen_splits(coco, tmp_path):
         entries.append({"filepath": "train2014", "filename": name, "cocoid": i, "split": split,
                         "sentences": [{"raw": CAPTIONS[i], "sentid": 50 + i}]})
     (root / "dataset_coco.json").write_text(json.dumps({"images": entries, "dataset": "coco"}))
-    manifest = prepare_coco(tmp_path / "k", root, karpathy=root / "dataset_coco.json",
-                            splits=["train", "restval"], progress=False)
+    manifest = prepare_coco(tmp_path / "k", root, CocoOptions(
+        karpathy=root / "dataset_coco.json", splits=["train", "restval"], progress=False))
     assert manifest["features"]["splits"] == ["restval", "train"]
     got = samples(tmp_path / "k")
     got.sort(key=lambda s: s.key)
@@ -246,12 +277,12 @@ def test_prepare_trohn_text_groups_labels_and_resumes(coco, tmp_path, capsys):
 
     full_hashes = [s["sha256"] for s in read_manifest(out)["shards"]]
     with pytest.raises(Killed), killed_after(3):
-        prepare_trohn(ds, tmp_path / "res", coco / "train2017", shard_size=2, progress=False,
-                      name=str(tmp_path / "hf"))
+        prepare_trohn(ds, tmp_path / "res", coco / "train2017",
+                      TrohnOptions(shard_size=2, progress=False, name=str(tmp_path / "hf")))
     part = read_manifest(tmp_path / "res")
     assert not part["complete"] and [s["samples"] for s in part["shards"]] == [2]
-    prepare_trohn(ds, tmp_path / "res", coco / "train2017", shard_size=2, progress=False,
-                  name=str(tmp_path / "hf"))
+    prepare_trohn(ds, tmp_path / "res", coco / "train2017",
+                  TrohnOptions(shard_size=2, progress=False, name=str(tmp_path / "hf")))
     assert [s["sha256"] for s in read_manifest(tmp_path / "res")["shards"]] == full_hashes
     # the report of the resumed run covers the whole set, as the uninterrupted run's does
     reports = [json.loads((d / "prepare_stats.json").read_text()) for d in (out, tmp_path / "res")]
@@ -260,8 +291,8 @@ def test_prepare_trohn_text_groups_labels_and_resumes(coco, tmp_path, capsys):
     assert reports[1] == reports[0] == {"units": 4, "samples": 3, "dropped_negatives": 1,
                                         "skipped": {"no_negative": 1},
                                         "labels": {"add:obj": 1, "replace:obj": 2, "swap:obj": 2}}
-    flat = prepare_trohn(ds, tmp_path / "flat", coco / "train2017", group=False, label="replace:obj",
-                         progress=False)
+    flat = prepare_trohn(ds, tmp_path / "flat", coco / "train2017",
+                         TrohnOptions(group=False, label="replace:obj", progress=False))
     assert sum(s["samples"] for s in flat["shards"]) == 5 and flat["features"]["labels"] == "fixed"
 
 
@@ -285,7 +316,8 @@ def trohn_img_dataset(bad_row=None):
 
 def test_prepare_trohn_img_partner_is_the_generated_image(coco, tmp_path):
     ds = trohn_img_dataset()
-    manifest = prepare_trohn(ds, tmp_path / "img", coco / "train2017", progress=False, name="fixture")
+    manifest = prepare_trohn(ds, tmp_path / "img", coco / "train2017",
+                             TrohnOptions(progress=False, name="fixture"))
     assert manifest["features"] == {"negatives": "trohn-img", "labels": "dataset", "images": True,
                                     "grouped": False, "partner": "generated"}
     got = sorted(samples(tmp_path / "img"), key=lambda s: s.key)
@@ -301,17 +333,17 @@ def test_prepare_trohn_img_partner_is_the_generated_image(coco, tmp_path):
 def test_prepare_trohn_bad_rows_error_naming_the_row(coco, tmp_path):
     with pytest.raises(RowError, match=r"fixture row 1, image_id '000000000101.jpg': negative_image is empty"):
         prepare_trohn(trohn_img_dataset(bad_row=1), tmp_path / "a", coco / "train2017",
-                      progress=False, name="fixture", shard_size=1)
+                      TrohnOptions(progress=False, name="fixture", shard_size=1))
     assert [s["samples"] for s in read_manifest(tmp_path / "a")["shards"]] == [1]  # row 0 kept
     rows = trohn_text_rows()
     rows["image_id"][5] = file_name(999)
     ds = datasets.Dataset.from_dict(rows)
     with pytest.raises(MissingImage, match=r"000000000999\.jpg: image file not found "
                                            r"\(fixture row 5, image_id '000000000999.jpg'\)"):
-        prepare_trohn(ds, tmp_path / "b", coco / "train2017", progress=False, name="fixture",
-                      label="add:obj")
-    manifest = prepare_trohn(ds, tmp_path / "c", coco / "train2017", progress=False, name="fixture",
-                             label="add:obj", skip_missing=True)
+        prepare_trohn(ds, tmp_path / "b", coco / "train2017",
+                      TrohnOptions(progress=False, name="fixture", label="add:obj"))
+    manifest = prepare_trohn(ds, tmp_path / "c", coco / "train2017",
+                             TrohnOptions(progress=False, name="fixture", label="add:obj", skip_missing=True))
     assert manifest["shards"][0]["skipped"] == {"no_negative": 1, "missing_image": 1}
     with pytest.raises(RowError, match="missing column"):
         prepare_trohn(ds.remove_columns("negative_caption"), tmp_path / "d", coco / "train2017")
@@ -383,8 +415,8 @@ def test_prepare_coco_resume_with_edited_captions_is_refused(coco, tmp_path, cap
     shutil.copy(coco / "captions_train2017.json", captions)
     out = tmp_path / "out"
     with pytest.raises(Killed), killed_after(5):
-        prepare_coco(out, coco / "train2017", captions=captions, shard_size=2, progress=False,
-                     kinds=["swap", "replace", "add"])  # what the command line gives
+        prepare_coco(out, coco / "train2017", CocoOptions(captions=captions, shard_size=2, progress=False,
+                                                          kinds=["swap", "replace", "add"]))  # what the command line gives
     before = tree(out)
     data = json.loads(captions.read_text())
     data["annotations"][0]["caption"] = "A man riding a white horse on the beach."

@@ -50,19 +50,20 @@ def cmd_prepare_coco(args) -> dict:
             pin(args, stage1, captions, out=str(base))
     else:
         pin(args, stage1, captions)
-    from compclip.datagen.prepare.coco import prepare_coco
+    from compclip.datagen.prepare.coco import CocoOptions, prepare_coco
     knn_options = {"method": args.method, "batch_size": args.batch_size, "dtype": args.dtype}
-    return prepare_coco(args.out, args.images, captions=args.captions, karpathy=args.karpathy,
-                        splits=comma_list(args.split), kinds=comma_list(args.negatives) or None,
-                        rules=args.rules, spacy_model=args.spacy_model,
-                        require_negative=args.require_negative,
-                        one_caption_per_image=args.one_caption_per_image,
-                        mode=args.mode, cap=args.cap, seed=args.seed, workers=args.workers,
-                        shard_size=args.max_count, skip_missing=args.skip_missing,
-                        max_side=args.max_side, limit=args.limit, vocab=args.vocab, knn=args.knn,
-                        scorer_factory=lambda: load_scorer(args), base=args.base,
-                        knn_options=knn_options, progress=not args.quiet,
-                        **_exclusion_kwargs(args))
+    options = CocoOptions(captions=args.captions, karpathy=args.karpathy,
+                          splits=comma_list(args.split), kinds=comma_list(args.negatives) or None,
+                          rules=args.rules, spacy_model=args.spacy_model,
+                          require_negative=args.require_negative,
+                          one_caption_per_image=args.one_caption_per_image,
+                          mode=args.mode, cap=args.cap, seed=args.seed, workers=args.workers,
+                          shard_size=args.max_count, skip_missing=args.skip_missing,
+                          max_side=args.max_side, limit=args.limit, vocab=args.vocab, knn=args.knn,
+                          scorer_factory=lambda: load_scorer(args), base=args.base,
+                          knn_options=knn_options, progress=not args.quiet,
+                          **_exclusion_kwargs(args))
+    return prepare_coco(args.out, args.images, options)
 
 
 def cmd_prepare_trohn(args) -> dict:
@@ -72,15 +73,16 @@ def cmd_prepare_trohn(args) -> dict:
                "--images-root": abs_path(args.images_root), "--group": args.group,
                "--label": args.label, "--max-side": args.max_side, "--limit": args.limit,
                "--seed": args.seed, **shard_options(args)})  # the dataset's files: by prepare_trohn
-    from compclip.datagen.prepare.trohn import prepare_trohn
-    return prepare_trohn(args.dataset, args.out, args.images_root, split=args.split,
-                         revision=args.revision, group=args.group, label=args.label,
-                         skip_missing=args.skip_missing, max_side=args.max_side,
-                         shard_size=args.max_count, max_bytes=args.max_bytes, limit=args.limit,
-                         progress=not args.quiet, seed=args.seed, **_exclusion_kwargs(args))
+    from compclip.datagen.prepare.trohn import TrohnOptions, prepare_trohn
+    options = TrohnOptions(split=args.split, revision=args.revision, group=args.group, label=args.label,
+                           skip_missing=args.skip_missing, max_side=args.max_side,
+                           shard_size=args.max_count, max_bytes=args.max_bytes, limit=args.limit,
+                           progress=not args.quiet, seed=args.seed, **_exclusion_kwargs(args))
+    return prepare_trohn(args.dataset, args.out, args.images_root, options)
 
 
 def _exclusion_kwargs(args) -> dict:
+    """The benchmark-exclusion fields of `CocoOptions` / `TrohnOptions`."""
     return {"benchmarks_root": args.benchmarks_root, "keep_benchmark_images": args.keep_benchmark_images,
             "karpathy_ref": args.karpathy_ref, "val2017": args.val2017}
 

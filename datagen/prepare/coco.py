@@ -1,9 +1,9 @@
 """COCO captions + images -> a shard set with hard negatives, and optionally K image neighbours.
 
     prepare_coco("data/shards/coco", "data/coco/train2017",
-                 captions="data/coco/annotations/captions_train2017.json")
-    prepare_coco("data/shards/coco_negclip", ..., rules="negclip", mode="all", cap=64,
-                 require_negative=True, knn=3, scorer_factory=make_scorer)
+                 CocoOptions(captions="data/coco/annotations/captions_train2017.json"))
+    prepare_coco("data/shards/coco_negclip", ..., CocoOptions(..., rules="negclip", mode="all",
+                 cap=64, require_negative=True, knn=3, scorer_factory=make_scorer))
 
 Two existing stages, chained, nothing re-implemented:
 
@@ -29,6 +29,7 @@ Two existing stages, chained, nothing re-implemented:
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
@@ -45,73 +46,99 @@ def default_base(out_dir: str | Path) -> Path:
     return out_dir.with_name(out_dir.name + "_base")
 
 
-def prepare_coco(out_dir: str | Path, images_root: str | Path, *,
-                 captions: Optional[str | Path] = None, karpathy: Optional[str | Path] = None,
-                 splits: Sequence[str] = ("train",), kinds: Optional[list[str]] = None,
-                 rules: str = "compclip", spacy_model: str = SPACY_MODEL,
-                 require_negative: bool = False, one_caption_per_image: bool = False,
-                 mode: str = "sample", cap: int = 8, seed: int = 0, workers: int = 1,
-                 shard_size: int = 10_000, skip_missing: bool = False,
-                 max_side: Optional[int] = None, limit: Optional[int] = None,
-                 vocab: Optional[str | Path] = None, knn: int = 0,
-                 scorer_factory: Optional[Callable[[], Any]] = None,
-                 base: Optional[str | Path] = None, knn_options: Optional[dict] = None,
-                 progress: bool = True,
-                 benchmarks_root: Optional[str | Path] = DEFAULT_BENCHMARKS_ROOT,
-                 keep_benchmark_images: bool = False, karpathy_ref: Optional[str | Path] = None,
-                 val2017: Optional[str | Path] = None) -> dict[str, Any]:
-    """Run stage 1 (and 2 with `knn`); returns the final set's manifest.
-    `karpathy_ref`: a Karpathy JSON naming val/test images to exclude (default: the input when
-    it is one); `val2017`: `captions_val2017.json` (default: one next to the input, if any).
+@dataclass
+class CocoOptions:
+    """What `prepare_coco` does; `python -m datagen prepare coco` builds one.
+
+    `captions` (COCO 2017 `captions_*.json`) or `karpathy` (`dataset_coco.json`): the caption
+    source, exactly one; `splits`: the Karpathy splits kept. `kinds`, `rules`, `spacy_model`,
+    `require_negative`, `mode`, `cap`, `seed`, `workers`, `shard_size`, `skip_missing`, `limit`
+    and `vocab` (its `vocab_path`): stage 1's `datagen.negatives.pipeline.GenerateOptions`.
     `one_caption_per_image`: only the first caption of each image, in the input's order, as
-    NegCLIP's data script kept (`first_caption_per_image`)."""
+    NegCLIP's data script kept (`first_caption_per_image`). `max_side`: images larger than this
+    are re-encoded (`ImageFiles`), else copied as they are. `knn`, `scorer_factory` (makes the
+    image model), `base`, `knn_options` (`run_knn` keyword arguments): stage 2. `benchmarks_root`,
+    `keep_benchmark_images`, `karpathy_ref` (a Karpathy JSON naming val/test images to exclude;
+    default: the input when it is one), `val2017` (`captions_val2017.json`; default: one next to
+    the input, if any): the images left out (`datagen.prepare.exclude`). `progress`: messages
+    and a bar on stderr."""
+    captions: Optional[str | Path] = None
+    karpathy: Optional[str | Path] = None
+    splits: Sequence[str] = ("train",)
+    kinds: Optional[list[str]] = None
+    rules: str = "compclip"
+    spacy_model: str = SPACY_MODEL
+    require_negative: bool = False
+    one_caption_per_image: bool = False
+    mode: str = "sample"
+    cap: int = 8
+    seed: int = 0
+    workers: int = 1
+    shard_size: int = 10_000
+    skip_missing: bool = False
+    max_side: Optional[int] = None
+    limit: Optional[int] = None
+    vocab: Optional[str | Path] = None
+    knn: int = 0
+    scorer_factory: Optional[Callable[[], Any]] = None
+    base: Optional[str | Path] = None
+    knn_options: Optional[dict] = None
+    progress: bool = True
+    benchmarks_root: Optional[str | Path] = DEFAULT_BENCHMARKS_ROOT
+    keep_benchmark_images: bool = False
+    karpathy_ref: Optional[str | Path] = None
+    val2017: Optional[str | Path] = None
+
+
+def prepare_coco(out_dir: str | Path, images_root: str | Path, options: CocoOptions) -> dict[str, Any]:
+    """Run stage 1 (and 2 with `options.knn`) as `options` say; returns the final set's manifest."""
     from compclip.datagen.negatives.pipeline import GenerateOptions, run_generate
-    if (captions is None) == (karpathy is None):
+    o = options
+    if (o.captions is None) == (o.karpathy is None):
         raise ValueError("give exactly one caption source: COCO captions JSON or Karpathy JSON")
-    if knn and scorer_factory is None:
+    if o.knn and o.scorer_factory is None:
         raise ValueError("knn needs a scorer (an image model) to embed the images")
-    stage1 = Path(base) if (knn and base) else default_base(out_dir) if knn else Path(out_dir)
-    if knn and (Path(out_dir) / "manifest.json").is_file() and read_manifest(out_dir).get("complete"):
-        _say(progress, f"prepare coco: {out_dir} is already complete")
+    stage1 = Path(o.base) if (o.knn and o.base) else default_base(out_dir) if o.knn else Path(out_dir)
+    if o.knn and (Path(out_dir) / "manifest.json").is_file() and read_manifest(out_dir).get("complete"):
+        _say(o.progress, f"prepare coco: {out_dir} is already complete")
         return read_manifest(out_dir)
-    source = captions if captions is not None else karpathy
-    if knn and is_complete(stage1):  # reused as it is: read, never written (it may be read-only)
-        _say(progress, f"prepare coco: reusing the complete stage-1 set {stage1}")
-        return _neighbours(stage1, out_dir, knn, scorer_factory, shard_size, progress,
-                           knn_options, base)
-    images = ImageFiles(images_root, max_side)
+    source = o.captions if o.captions is not None else o.karpathy
+    if o.knn and is_complete(stage1):  # reused as it is: read, never written (it may be read-only)
+        _say(o.progress, f"prepare coco: reusing the complete stage-1 set {stage1}")
+        return _neighbours(stage1, out_dir, o)
+    images = ImageFiles(images_root, o.max_side)
     exclusion = benchmark_exclusion(
-        benchmarks_root, karpathy=karpathy_ref or karpathy, keep=keep_benchmark_images,
-        val2017=val2017 or sibling_val2017(source))
-    split_list = list(splits) if karpathy is not None else None
+        o.benchmarks_root, karpathy=o.karpathy_ref or o.karpathy, keep=o.keep_benchmark_images,
+        val2017=o.val2017 or sibling_val2017(source))
+    split_list = list(o.splits) if o.karpathy is not None else None
     pin_exclusion(stage1, exclusion)
-    _say(progress, f"prepare coco: captions + images + negatives -> {stage1}")
-    options = GenerateOptions(kinds=kinds, rules=rules, spacy_model=spacy_model,
-                              require_negative=require_negative, mode=mode, cap=cap, seed=seed,
-                              workers=workers, shard_size=shard_size, vocab_path=vocab,
-                              progress=progress, limit=limit, images=images, skip_missing=skip_missing,
-                              splits=split_list, select=_select(exclusion, one_caption_per_image))
-    result = run_generate(source, stage1, options)
+    _say(o.progress, f"prepare coco: captions + images + negatives -> {stage1}")
+    generate = GenerateOptions(kinds=o.kinds, rules=o.rules, spacy_model=o.spacy_model,
+                               require_negative=o.require_negative, mode=o.mode, cap=o.cap, seed=o.seed,
+                               workers=o.workers, shard_size=o.shard_size, vocab_path=o.vocab,
+                               progress=o.progress, limit=o.limit, images=images,
+                               skip_missing=o.skip_missing, splits=split_list,
+                               select=_select(exclusion, o.one_caption_per_image))
+    result = run_generate(source, stage1, generate)
     if result["manifest"].get("complete") and "excluded" not in result["manifest"]:
         keys = exclusion_record(exclusion, source, split_list)
         result["manifest"] = update_manifest(stage1, **keys)
-        _say(progress, f"prepare coco: {exclusion.summary(keys)}")
-    _report(progress, stage1, result["manifest"])
-    if not knn:
+        _say(o.progress, f"prepare coco: {exclusion.summary(keys)}")
+    _report(o.progress, stage1, result["manifest"])
+    if not o.knn:
         return result["manifest"]
-    return _neighbours(stage1, out_dir, knn, scorer_factory, shard_size, progress, knn_options, base)
+    return _neighbours(stage1, out_dir, o)
 
 
-def _neighbours(stage1: Path, out_dir: str | Path, knn: int, scorer_factory, shard_size: int,
-                progress: bool, knn_options: Optional[dict], base) -> dict[str, Any]:
-    """Stage 2: the complete stage-1 set with its images' `knn` neighbours -> `out_dir`."""
+def _neighbours(stage1: Path, out_dir: str | Path, o: CocoOptions) -> dict[str, Any]:
+    """Stage 2: the complete stage-1 set with its images' `o.knn` neighbours -> `out_dir`."""
     from compclip.datagen.images.knn import run_knn
     total = sum(s["samples"] for s in read_manifest(stage1)["shards"])
-    _say(progress, f"prepare coco: {knn} nearest neighbours of {total} images -> {out_dir}")
-    manifest = run_knn(stage1, out_dir, scorer_factory(), k=knn, max_count=shard_size,
-                       progress=progress, **(knn_options or {}))
-    _say(progress, f"prepare coco: done; {out_dir} is complete" + (
-        "" if base else f" (the stage-1 set {stage1} may be deleted)"))
+    _say(o.progress, f"prepare coco: {o.knn} nearest neighbours of {total} images -> {out_dir}")
+    manifest = run_knn(stage1, out_dir, o.scorer_factory(), k=o.knn, max_count=o.shard_size,
+                       progress=o.progress, **(o.knn_options or {}))
+    _say(o.progress, f"prepare coco: done; {out_dir} is complete" + (
+        "" if o.base else f" (the stage-1 set {stage1} may be deleted)"))
     return manifest
 
 

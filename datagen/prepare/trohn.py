@@ -1,6 +1,7 @@
 """TROHN-Text / TROHN-Img (the BiVLC paper's training sets) -> a shard set.
 
-    prepare_trohn("imirandam/TROHN-Text", "data/shards/trohn_text", "data/coco/train2017")
+    prepare_trohn("imirandam/TROHN-Text", "data/shards/trohn_text", "data/coco/train2017",
+                  TrohnOptions(seed=0))
 
 Sources (Hugging Face dataset cards, read 2026; see docs/data_prep.md):
 
@@ -52,6 +53,7 @@ import json
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -236,73 +238,99 @@ def _label_mode(ds, label: str) -> str:
     return "fixed"
 
 
-def prepare_trohn(dataset: Any, out_dir: str | Path, images_root: str | Path, *,
-                  split: str = "train", name: Optional[str] = None, revision: Optional[str] = None,
-                  group: Optional[bool] = None, label: str = "auto", skip_missing: bool = False,
-                  max_side: Optional[int] = None, shard_size: int = 10_000,
-                  max_bytes: int = 1 << 30, limit: Optional[int] = None, chunk: int = 512,
-                  progress: bool = True, labeller=None, seed: int = 0,
-                  benchmarks_root: Optional[str | Path] = DEFAULT_BENCHMARKS_ROOT,
-                  keep_benchmark_images: bool = False, karpathy_ref: Optional[str | Path] = None,
-                  val2017: Optional[str | Path] = None) -> dict[str, Any]:
-    """Write TROHN-Text or TROHN-Img rows as a shard set; returns the manifest.
+@dataclass
+class TrohnOptions:
+    """What `prepare_trohn` does; `python -m datagen prepare trohn` builds one.
 
-    `labeller` replaces `PairLabeller()` (for tests).
-    """
+    `split`, `revision`: the dataset's (`load_rows`); `name`: the dataset in messages and the
+    manifest (default: `dataset` when it is a path or id). `group`: one sample per (image,
+    caption) (default: yes for TROHN-Text, no for TROHN-Img); `label`: "auto", "infer",
+    "dataset" or a fixed "kind:subkind"; `labeller` replaces `PairLabeller()` (for tests).
+    `skip_missing`: missing or unreadable images are skipped and counted instead of stopping;
+    `max_side`: images larger than this are re-encoded. `shard_size`, `max_bytes`: per shard at
+    most; `limit`: units written at most; `chunk`: units read per batch; `seed`: the write
+    order. `benchmarks_root`, `keep_benchmark_images`, `karpathy_ref`, `val2017`: the images
+    left out (`datagen.prepare.exclude`). `progress`: messages and a bar on stderr."""
+    split: str = "train"
+    name: Optional[str] = None
+    revision: Optional[str] = None
+    group: Optional[bool] = None
+    label: str = "auto"
+    skip_missing: bool = False
+    max_side: Optional[int] = None
+    shard_size: int = 10_000
+    max_bytes: int = 1 << 30
+    limit: Optional[int] = None
+    chunk: int = 512
+    progress: bool = True
+    labeller: Any = None
+    seed: int = 0
+    benchmarks_root: Optional[str | Path] = DEFAULT_BENCHMARKS_ROOT
+    keep_benchmark_images: bool = False
+    karpathy_ref: Optional[str | Path] = None
+    val2017: Optional[str | Path] = None
+
+
+def prepare_trohn(dataset: Any, out_dir: str | Path, images_root: str | Path,
+                  options: Optional[TrohnOptions] = None) -> dict[str, Any]:
+    """Write TROHN-Text or TROHN-Img rows as a shard set, as `options` say (`TrohnOptions`; the
+    defaults without); returns the manifest."""
+    o = options or TrohnOptions()
     import datasets
-    ds, files = load_rows(dataset, split, revision)
-    name = name or (str(dataset) if isinstance(dataset, (str, Path)) else "dataset")
+    ds, files = load_rows(dataset, o.split, o.revision)
+    name = o.name or (str(dataset) if isinstance(dataset, (str, Path)) else "dataset")
     flavour = "img" if "negative_image" in ds.column_names else "text"
     if flavour == "img" and isinstance(ds.features.get("negative_image"), datasets.Image):
         ds = ds.cast_column("negative_image", datasets.Image(decode=False))  # keep stored bytes
-    group = (flavour == "text") if group is None else group
+    group = (flavour == "text") if o.group is None else o.group
     if group and flavour == "img":
         raise RowError(f"{name}: TROHN-Img rows each carry their own negative image; they cannot "
                        "be grouped (one partner per sample)")
-    mode = _label_mode(ds, label)
+    mode = _label_mode(ds, o.label)
+    labeller = o.labeller
     if mode == "inferred" and labeller is None:
         from compclip.datagen.prepare.labels import PairLabeller
         labeller = PairLabeller()
-    images = ImageFiles(images_root, max_side)
+    images = ImageFiles(images_root, o.max_side)
     units = Units(ds, group)
-    exclusion = benchmark_exclusion(benchmarks_root, karpathy=karpathy_ref, val2017=val2017,
-                                    keep=keep_benchmark_images)
+    exclusion = benchmark_exclusion(o.benchmarks_root, karpathy=o.karpathy_ref, val2017=o.val2017,
+                                    keep=o.keep_benchmark_images)
     pin_exclusion(out_dir, exclusion)
     unit_ids = _unit_coco_ids(ds, units)
     kept = np.array([u for u, c in enumerate(unit_ids) if exclusion.keeps(c if c >= 0 else None)],
                     np.int64)
-    positions = kept[permutation(len(kept), seed)]
-    total = min(len(positions), limit) if limit is not None else len(positions)
+    positions = kept[permutation(len(kept), o.seed)]
+    total = min(len(positions), o.limit) if o.limit is not None else len(positions)
     features = {"negatives": f"trohn-{flavour}", "labels": mode, "images": True, "grouped": group}
     if flavour == "img":
         features["partner"] = "generated"
     pin_inputs(out_dir, files)  # their sha256 in the manifest; a resume with other files is refused
-    writer = ShardSetWriter(out_dir, max_count=shard_size, max_bytes=max_bytes, features=features,
-                            order=shuffled_order(seed))
+    writer = ShardSetWriter(out_dir, max_count=o.shard_size, max_bytes=o.max_bytes, features=features,
+                            order=shuffled_order(o.seed))
     if writer.manifest.get("complete"):
         return writer.manifest
-    writer.manifest["source"] = {"dataset": name, "split": split, "rows": len(ds), "units": total}
+    writer.manifest["source"] = {"dataset": name, "split": o.split, "rows": len(ds), "units": total}
     excluded = exclusion.manifest_keys({int(c) for c in unit_ids if c >= 0},
                                        len(unit_ids) - len(kept))
     writer.manifest.update(excluded)
-    if progress:
+    if o.progress:
         print(f"prepare trohn: {exclusion.summary(excluded)}", file=sys.stderr)
     done = writer.inputs_done
     run: Counter[str] = Counter()  # this run's counts; the writer keeps each shard's (`_count`)
-    bar = _progress(progress, done, total, f"trohn-{flavour}")
+    bar = _progress(o.progress, done, total, f"trohn-{flavour}")
     prefix = f"trohn{flavour}"
     t0 = time.perf_counter()
     try:
-        for start in range(done, total, chunk):
+        for start in range(done, total, o.chunk):
             unit_rows = [units.rows(int(positions[p]))
-                         for p in range(start, min(start + chunk, total))]
+                         for p in range(start, min(start + o.chunk, total))]
             flat = [r for rows in unit_rows for r in rows]
             batch = ds[flat]
             records = {r: {c: batch[c][i] for c in batch} for i, r in enumerate(flat)}
-            labels = _labels(records, mode, label, labeller, name)
+            labels = _labels(records, mode, o.label, labeller, name)
             for rows in unit_rows:
                 _write_unit(writer, rows, records, labels, images, flavour, prefix, name,
-                            split, mode, skip_missing, max_side, run)
+                            mode, o, run)
             if bar is not None:
                 bar.update(len(unit_rows))
     except BaseException as err:  # complete shards and the manifest stay; the partial one goes
@@ -321,7 +349,7 @@ def prepare_trohn(dataset: Any, out_dir: str | Path, images_root: str | Path, *,
     if unrecorded:  # shards of an older version record no counts: the report leaves them out
         stats["shards_without_counts"] = unrecorded
     (Path(out_dir) / STATS_FILE).write_text(json.dumps(stats, indent=1, sort_keys=True))
-    if progress:
+    if o.progress:
         print(f"prepare trohn: {run['samples']} samples written this run, skipped "
               f"{grouped(run, 'skipped:') or 'none'}", file=sys.stderr)
     return manifest
@@ -357,9 +385,8 @@ def _negative_text(rec: dict) -> str:
 
 def _write_unit(writer: ShardSetWriter, rows: list[int], records: dict[int, dict],
                 labels: dict[int, tuple[str, str]], images: ImageFiles, flavour: str, prefix: str,
-                name: str, split: str, mode: str, skip_missing: bool, max_side: Optional[int],
-                run: Counter) -> None:
-    """Write one unit's sample, or skip it, counting it (`units`, `samples` or
+                name: str, mode: str, o: TrohnOptions, run: Counter) -> None:
+    """Write one unit's sample (`o.split`, `o.skip_missing`, `o.max_side`), or skip it, counting it (`units`, `samples` or
     `skipped:<reason>`, `labels:<kind>:<subkind>`, `dropped_negatives`) in `run` and in the
     writer's counts of its shard (`_count`)."""
     first = records[rows[0]]
@@ -384,14 +411,14 @@ def _write_unit(writer: ShardSetWriter, rows: list[int], records: dict[int, dict
         return
     try:
         image, ext = images.load(rel, where)
-        partner = _partner(first, negatives[0].text, where, max_side) if flavour == "img" else None
+        partner = _partner(first, negatives[0].text, where, o.max_side) if flavour == "img" else None
     except (MissingImage, BadImage, RowError) as err:
-        if not skip_missing:
+        if not o.skip_missing:
             raise
         _skip(writer, run, counts, SKIP_MISSING if isinstance(err, MissingImage) else
               "missing_negative_image" if isinstance(err, RowError) else SKIP_CORRUPT)
         return
-    meta = {"source": name, "split": split, "image_id": str(image_id), "image_path": rel,
+    meta = {"source": name, "split": o.split, "image_id": str(image_id), "image_path": rel,
             "negative_labels": mode}
     coco_id = coco_id_of_file(rel)
     if coco_id is not None:
