@@ -152,8 +152,11 @@ def summary(args, manifest: dict) -> dict:
     if args.cmd == "prepare" and args.source == "cocobank":
         return manifest
     from compclip.shardset.shards import verify_shard_set
-    # what this run wrote, finished or not (a writer stopped early leaves `complete: false`)
-    totals = verify_shard_set(args.out, allow_incomplete=True)
+    if args.cmd == "shuffle":  # samples checked on the way in: hashes and counts from headers
+        from compclip.shardset.shuffle import check_output
+        totals = check_output(args.out)
+    else:  # what this run wrote, finished or not (a writer stopped early leaves `complete: false`)
+        totals = verify_shard_set(args.out, allow_incomplete=True)
     skipped: dict[str, int] = {}
     for shard in manifest["shards"]:
         for reason, count in shard["skipped"].items():

@@ -283,7 +283,9 @@ class ShardSetWriter:
         for member, value in members.items():
             info = tarfile.TarInfo(f"{key}.{member}")
             info.size, info.mtime, info.mode = len(value), 0, 0o444  # mtime 0: reproducible bytes
-            self._open_tar().addfile(info, io.BytesIO(value))
+            tar = self._open_tar()
+            tar.addfile(info, io.BytesIO(value))
+            tar.members.clear()  # write-only: keep no record per member, memory stays flat
             self._bytes += len(value) + 512
         self._count += 1
         self._inputs += inputs
