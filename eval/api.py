@@ -134,11 +134,15 @@ def check_data(benchmarks: list[str], data_root, options: Optional[dict] = None,
 
 def run(scorer, benchmarks: list[str], data_root: str, options: Optional[dict[str, dict]] = None,
         progress: bool = True, per_instance: bool = False, batch_size: int = 256,
-        reuse: bool = True, failures: Optional[dict[str, BaseException]] = None) -> dict[str, BenchmarkResult]:
+        reuse: bool = True, failures: Optional[dict[str, BaseException]] = None,
+        score_cache=None) -> dict[str, BenchmarkResult]:
     """Check every benchmark's data (`MissingData` lists all problems before anything is
     encoded), then load and score each; a text-only scorer skips image-only benchmarks with a note.
     With `failures`, a benchmark that fails while loaded or scored is recorded there
-    ({name: exception}) and left out of the results, and the others are scored."""
+    ({name: exception}) and left out of the results, and the others are scored.
+    With `score_cache` (an `eval.scorecache.ScoreCache`) and a scorer carrying a `cache_identity`,
+    a benchmark whose entry is there is neither loaded nor scored, and one that is scored is stored
+    (with its per-item records)."""
     options = validate_names(list(benchmarks), options)
     if not data_root:
         raise ValueError("data_root is required (the folder holding the benchmarks, see docs/benchmark_data.md)")
@@ -155,8 +159,7 @@ def run(scorer, benchmarks: list[str], data_root: str, options: Optional[dict[st
             log.info(results[name].notes[0])
             continue
         try:
-            bench = load_benchmark(name, data_root, cache.supports_images, options.get(name, {}), reuse)
-            results[name] = bench.score(cache, per_instance=per_instance)
+            results[name] = _score_one(cls, cache, data_root, options.get(name, {}), per_instance, reuse, score_cache)
         except Exception as err:  # noqa: BLE001 -- recorded for the caller, who reports it
             if failures is None:
                 raise
@@ -167,6 +170,23 @@ def run(scorer, benchmarks: list[str], data_root: str, options: Optional[dict[st
         for note in results[name].notes:
             log.info(note)
     return results
+
+
+def _score_one(cls, cache: EmbeddingCache, data_root, options: dict, per_instance: bool, reuse: bool,
+               score_cache) -> BenchmarkResult:
+    identity = getattr(cache.scorer, "cache_identity", None)
+    if score_cache is None or not identity:
+        bench = load_benchmark(cls.name, data_root, cache.supports_images, options, reuse)
+        return bench.score(cache, per_instance=per_instance)
+    key = score_cache.key(identity, cls, data_root, options, cache.supports_images)
+    result = score_cache.get(key)
+    if result is not None:
+        log.info("%s: scores from the score cache (%s)", cls.name, score_cache.path(key))
+    else:  # read afresh: what is stored must be what the hashed files hold, not an earlier load
+        bench = load_benchmark(cls.name, data_root, cache.supports_images, options, reuse=False)
+        result = bench.score(cache, per_instance=True)
+        score_cache.put(key, result)
+    return replace(result, notes=list(result.notes), instances=result.instances if per_instance else None)
 
 
 def flatten(results: dict[str, BenchmarkResult]) -> dict[str, float]:

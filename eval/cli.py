@@ -15,6 +15,9 @@ refused. Models load through `models.load_model` (QuickGELU guard included). `--
 minilm` (or a sentence-transformers folder) adds a text-only scorer. All models are scored on
 the same benchmarks and reported side by side (`eval.report`). `--precision fp16` scores as the
 ARO / SugarCrepe++ reference scripts do for OpenAI CLIP and NegCLIP (`eval.precision`).
+Scores of checkpoint files and pinned open_clip tags are kept per benchmark in a score cache
+(`eval.scorecache`; `--cache-dir`, `--no-cache`), so scoring them again on unchanged benchmark
+files encodes nothing.
 
 `--batch-size` below 1 is a usage error. Before any model is loaded, `--device` is checked (a
 tensor is made on it), every requested benchmark's files are checked (`eval.api.check_data`),
@@ -62,6 +65,7 @@ def _model_args(args) -> list[tuple[str | None, str | None]]:
 
 def _scorers(args, checked: list[tuple[str, str | None]]):
     from compclip.eval.scorer import OpenClipScorer, SentenceTransformerScorer
+    from compclip.eval.scorecache import model_identity
     from compclip.eval.weights import check_model
     from compclip.models import load_model
     labels = args.label or []
@@ -69,8 +73,10 @@ def _scorers(args, checked: list[tuple[str, str | None]]):
         loaded = load_model(arch, tag, lineage=args.lineage, device=args.device)
         check_model(loaded.model, tag or f"{arch}:random")
         label = labels[i] if i < len(labels) else f"{arch}:{tag or 'random'}"
-        yield label, OpenClipScorer.from_loaded(loaded, name=label, batch_size=args.batch_size, device=args.device,
-                                                precision=args.precision)
+        scorer = OpenClipScorer.from_loaded(loaded, name=label, batch_size=args.batch_size, device=args.device,
+                                            precision=args.precision)
+        scorer.cache_identity = model_identity(arch, tag, args.lineage, args.precision, args.device)
+        yield label, scorer
     for j, text_model in enumerate(args.text_model or []):
         scorer = SentenceTransformerScorer.minilm(precision=args.precision) if text_model == "minilm" else \
             SentenceTransformerScorer(text_model, device=args.device, precision=args.precision)
@@ -139,12 +145,15 @@ def cmd_score(args) -> int:
     checked = _model_args(args)
     _check_weights(checked)
     results, failed = {}, {}
+    from compclip.eval.scorecache import ScoreCache, default_dir
+    folder = None if args.no_cache else args.cache_dir or default_dir()
+    score_cache = ScoreCache(folder) if folder else None
     for label, scorer in _scorers(args, checked):
         logging.info("scoring %s", label)
         failures: dict = {}
         results[label] = run_benchmarks(scorer, args.benchmarks, args.data_root, options, progress=not args.quiet,
                                         per_instance=args.per_instance, batch_size=args.batch_size,
-                                        failures=failures)
+                                        failures=failures, score_cache=score_cache)
         for name, err in failures.items():
             logging.warning("%s: scoring failed for %s (%s: %s); the other benchmarks go on", name, label,
                             type(err).__name__, one_line(err))
@@ -218,6 +227,12 @@ def make_main_parser() -> argparse.ArgumentParser:
     s.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"],
                    help="towers and score arithmetic (fp16: as the ARO / SugarCrepe++ reference scripts "
                         "score OpenAI CLIP and NegCLIP on CUDA; see docs/eval.md)")
+    s.add_argument("--cache-dir", metavar="DIR",
+                   help="score cache folder (default: $COMPCLIP_SCORE_CACHE, else $XDG_CACHE_HOME/compclip/scores, else "
+                        "~/.cache/compclip/scores): "
+                        "a checkpoint file or pinned open_clip tag already scored on unchanged benchmark files "
+                        "is not scored again (docs/eval.md)")
+    s.add_argument("--no-cache", action="store_true", help="neither read nor write the score cache")
     s.add_argument("--no-plots", action="store_true", help="write no radar / bar charts")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
     s.add_argument("-v", "--verbose", action="store_true", help="full tracebacks")

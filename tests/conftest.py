@@ -10,6 +10,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HOME", str(ROOT / ".cache" / "hf"))
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(ROOT / ".cache" / "torch_extensions"))
+os.environ.setdefault("COMPCLIP_SCORE_CACHE", "off")  # no scores kept between tests unless a test asks
 SHARED = Path(os.environ.get("COMPCLIP_SHARED", ROOT.parent / "shared"))
 
 

@@ -176,6 +176,12 @@ class Benchmark:
     needs_images: ClassVar[bool] = True  # False: a text-only scorer still gets (some) metrics
     primary: ClassVar[str] = ""  # the headline metric used for radar charts
     option_names: ClassVar[tuple[str, ...]] = ()  # the options `load` accepts
+    data_folders: ClassVar[tuple[str, ...]] = ()  # the data-root folders its files are in; () = (name,)
+
+    @classmethod
+    def folders(cls) -> tuple[str, ...]:
+        """The data-root folders whose files this benchmark reads (`eval.scorecache` hashes them)."""
+        return cls.data_folders or (cls.name,)
 
     def __init__(self, data_root: str | Path, require_images: bool = True, **options):
         unknown = sorted(set(options) - set(self.option_names))

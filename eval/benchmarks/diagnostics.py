@@ -64,6 +64,7 @@ def word_edit_distance(a: list[str], b: list[str]) -> int:
 class VislaLexical(TripletImages, Benchmark):
     """VISLA's lexical-overlap view: P1-N / P2-N with P1 the positive closer to N by word edits."""
     name = "visla_lexical"
+    data_folders = ("visla",)
     needs_images = False
     primary = "generic/close_n"
     option_names = ("subsets",)
@@ -111,6 +112,7 @@ class VislaLexical(TripletImages, Benchmark):
 class LeftRight(Benchmark):
     """Left-right view: VG-Relation left/right accuracy; cos("X left of Y", "X right of Y") vs cos(X, Y)."""
     name = "left_right"
+    data_folders = ("aro", "visla", "sugarcrepe_pp", "sugarcrepe")
     needs_images = False
     primary = "acc"
     option_names = ("n_nouns", "n_pairs", "seed")
