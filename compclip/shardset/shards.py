@@ -449,6 +449,17 @@ def update_manifest(directory: str | Path, **keys: Any) -> dict[str, Any]:
     return manifest
 
 
+def listed_shard(directory: str | Path, entry: dict) -> Path:
+    """The file of a manifest's shard `entry`, checked to exist with the manifest's sha256
+    (SchemaError naming the file otherwise)."""
+    path = Path(directory) / entry["name"]
+    if not path.is_file():
+        raise SchemaError(f"{path}: listed in the manifest but missing")
+    if sha256_file(path) != entry["sha256"]:
+        raise SchemaError(f"{path}: sha256 differs from the manifest (corrupt or rewritten)")
+    return path
+
+
 def verify_shard_set(directory: str | Path, require_image: bool = True,
                      allow_incomplete: bool = False) -> dict[str, int]:
     """Read every shard back: hash, sample count and schema. Raises SchemaError naming the shard.
@@ -460,11 +471,7 @@ def verify_shard_set(directory: str | Path, require_image: bool = True,
                           f"{len(manifest['shards'])} shard(s) written); rerun the command that wrote it to finish it")
     totals = Counter()
     for entry in manifest["shards"]:
-        path = Path(directory) / entry["name"]
-        if not path.is_file():
-            raise SchemaError(f"{path}: listed in the manifest but missing")
-        if sha256_file(path) != entry["sha256"]:
-            raise SchemaError(f"{path}: sha256 differs from the manifest (corrupt or rewritten)")
+        path = listed_shard(directory, entry)
         count = 0
         for raw in iter_raw_samples(path):
             sample = ShardSample.from_wds(raw, require_image=require_image)

@@ -33,10 +33,9 @@ import tarfile
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from compclip.shardset.fingerprint import sha256_file
 from compclip.shardset.order import rng, shuffled_order
 from compclip.shardset.schema import SchemaError, ShardSample
-from compclip.shardset.shards import (CARRIED_KEYS, ShardSetWriter, iter_raw_samples, read_manifest,
+from compclip.shardset.shards import (CARRIED_KEYS, ShardSetWriter, iter_raw_samples, listed_shard, read_manifest,
                             shard_urls)
 from compclip.fileio import atomic_write
 
@@ -208,11 +207,7 @@ def check_output(directory: str | Path) -> dict[str, int]:
     manifest = read_manifest(directory)
     totals = {"samples": 0, "shards": 0}
     for entry in manifest["shards"]:
-        path = Path(directory) / entry["name"]
-        if not path.is_file():
-            raise SchemaError(f"{path}: listed in the manifest but missing")
-        if sha256_file(path) != entry["sha256"]:
-            raise SchemaError(f"{path}: sha256 differs from the manifest (corrupt or rewritten)")
+        path = listed_shard(directory, entry)
         count, last = 0, None
         for name, _ in iter_headers(path, payloads=False):
             key = Path(name).name.partition(".")[0]
