@@ -30,7 +30,7 @@ from typing import Any, Optional
 from typing import TYPE_CHECKING
 
 from compclip.cli import InputError
-from compclip.fileio import atomic_write, current_umask, default_mode  # noqa: F401 (re-exported)
+from compclip.fileio import atomic_write
 
 if TYPE_CHECKING:  # torch is imported where weights are saved
     from torch import nn

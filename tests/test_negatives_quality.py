@@ -288,7 +288,7 @@ def test_decode_errors_name_the_real_line(tmp_path):
 
 
 def test_noun_swaps_prefer_two_things_of_one_kind(nlp, captions, vocab):
-    from compclip.datagen.negatives.swap import same_category
+    from compclip.datagen.negatives.guards import same_category
     caption = "A woman flies a kite near a young child."
     assert caption in captions  # a real SugarCrepe (COCO val2017) caption
     gen = RuleNegativeGenerator(kinds=["swap:obj"], vocab=vocab, nlp=nlp, plausibility=None)

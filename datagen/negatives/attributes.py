@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import compclip.datagen.negatives.lexicon as lexicon
 from compclip.datagen.negatives.text import View
-from compclip.datagen.negatives.vocab import ATTRIBUTE_OF, crude_lemma
+from compclip.datagen.negatives.text import crude_lemma
+from compclip.datagen.negatives.vocab import ATTRIBUTE_OF
 
 # two words that make one thing ("hot dog", "teddy bear"): nothing goes between them; a single
 # word is always the first half of one ("teddy", "brief")

@@ -69,7 +69,7 @@ def _animacy() -> dict[str, str]:
 @lru_cache(maxsize=1 << 16)
 def animacy(word: str) -> Optional[str]:
     """"person", "animal", or None for a thing (plurals by crude lemma: "horses")."""
-    from compclip.datagen.negatives.vocab import crude_lemma
+    from compclip.datagen.negatives.text import crude_lemma
     table = _animacy()
     w = word.lower()
     return table.get(w) or table.get(crude_lemma(w))
@@ -79,7 +79,7 @@ def animacy(word: str) -> Optional[str]:
 def kind_of(word: str) -> Optional[str]:
     """The kind of thing `word` names (`swap_categories` over the hypernym lists: "food",
     "vehicle", "place" ...), by its crude lemma first, else as written; None if unknown."""
-    from compclip.datagen.negatives.vocab import crude_lemma
+    from compclip.datagen.negatives.text import crude_lemma
     table = lexicon.categories()
     return table.get(crude_lemma(word)) or table.get(word)
 
@@ -140,7 +140,7 @@ def subject_verb(v: View, c: Chunk, first: bool) -> Optional[int]:
 def place(word: str) -> bool:
     """A place or surroundings (`scenery`, or a place of `swap_categories`: kitchen, street,
     ocean ...), which is swapped only with another place."""
-    from compclip.datagen.negatives.vocab import crude_lemma
+    from compclip.datagen.negatives.text import crude_lemma
     lemma = crude_lemma(word)
     return (word in SCENERY or lemma in SCENERY
             or kind_of(word) == "place")

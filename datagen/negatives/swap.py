@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Optional
 
 from compclip.datagen.negatives.base import normalise, register_negative
 from compclip.datagen.negatives.text import View, render, swap_spans, view
-from compclip.datagen.negatives.guards import kind_of, same_category, swap_allowed  # noqa: F401
+from compclip.datagen.negatives.guards import kind_of, same_category, swap_allowed
 from compclip.datagen.negatives.vocab import ADJ_STOP, ATTRIBUTE_OF, POSITION_NOUNS, is_part_noun
 from compclip.shardset.schema import Negative
 

@@ -36,7 +36,7 @@ from typing import Callable, Iterable, Optional
 import compclip.datagen.negatives.lexicon as lexicon
 from compclip.datagen.negatives.plausibility import NgramLM
 from compclip.datagen.negatives.scene import SceneModel
-from compclip.datagen.negatives.text import Chunk, View, crude_lemma  # noqa: F401 (crude_lemma: also read from here)
+from compclip.datagen.negatives.text import Chunk, View, crude_lemma
 
 # The word lists live in data/lexicon.json (see `datagen.negatives.lexicon`).
 SYNONYM_GROUPS = lexicon.synonym_groups()
