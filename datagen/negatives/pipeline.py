@@ -62,7 +62,7 @@ from compclip.datagen.negatives.base import Coverage
 from compclip.datagen.negatives.plausibility import DEFAULT_MARGIN
 from compclip.shardset.order import order_for_input, shuffled
 from compclip.datagen.negatives.rules import SPACY_MODEL, RuleNegativeGenerator, check_spacy_model, select_kinds
-from compclip.datagen.negatives.text import view
+from compclip.datagen.negatives.text import Parsed, view
 from compclip.datagen.negatives.vocab import Vocabulary
 from compclip.datagen.prepare.imagefiles import SKIP_CORRUPT, SKIP_MISSING, MissingImage
 from compclip.shardset.schema import Negative, ShardSample
@@ -79,10 +79,13 @@ _WORKER: dict[str, Any] = {}
 def build_vocabulary(items: Iterator[CaptionItem], n: int, max_words: int = 100,
                      parsed: Optional[list] = None, spacy_model: str = SPACY_MODEL) -> Vocabulary:
     """Mine the vocabulary from the first `n` captions; their parses are appended to `parsed`
-    when a list is given, so the generation pass need not parse them again."""
+    when a list is given (as `text.Parsed`, not Docs: a few KB each), so the generation pass
+    need not parse them again."""
     captions = [it.caption for it in islice(items, n)]
     gen = RuleNegativeGenerator(max_words=max_words, spacy_model=spacy_model)
-    docs = gen.parse(captions)
+    block = 4 * gen.batch_size  # parsed block by block: the sample's Docs are never all held at once
+    docs = [None if d is None else Parsed(d)
+            for b in range(0, len(captions), block) for d in gen.parse(captions[b:b + block])]
     if parsed is not None:
         parsed.extend(docs)
     return Vocabulary.mine(view(d) for d in docs if d is not None)

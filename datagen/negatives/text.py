@@ -175,6 +175,18 @@ def view(doc) -> View:
     return v
 
 
+class Parsed:
+    """A parsed caption without its spaCy Doc: the caption's text and the cached `View`, all the
+    compclip rules read from a Doc (`negatives_for` reads `.text`, `view` the view). A kept
+    parse (the vocabulary sample of `datagen.negatives.pipeline`) costs a few KB this way,
+    where the Doc (token structs, tok2vec tensor) costs several times that."""
+    __slots__ = ("text", "user_data")
+
+    def __init__(self, doc):
+        self.text = doc.text
+        self.user_data = {"compclip.view": view(doc)}
+
+
 _AN_NUMBERS = re.compile(r"^(8|1[18](\D|$|\d\d(\D|$)))")
 
 
