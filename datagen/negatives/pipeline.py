@@ -5,8 +5,9 @@
 1. Vocabulary (the compclip rules only; the negclip rules use none): `out/vocab.json` if
    present (a resumed run), else the file given, else mined from the first `vocab_sample`
    captions; saved to `out/vocab.json` either way, so every chunk, worker and resume draws from
-   the same words. With one worker, the parses of that sample are kept and reused by step 2:
-   every caption is parsed once.
+   the same words. The parses of that sample are kept (`text.Parsed`: text and token view, not
+   the spaCy Doc) and reused by step 2, inline or sent to a worker with their chunk: every
+   caption is parsed once. Worker processes forked from the main one inherit its vocabulary.
 2. Items are read in order and cut into chunks; each chunk's captions go to a worker (or run
    inline with `workers=1`), which parses them once and returns their negatives. Caption `i` of
    the input always uses seed `(seed, i)`, so output does not depend on chunking or workers.
@@ -106,11 +107,11 @@ def _init_worker(config: dict[str, Any], vocab_path: Optional[str], seed: int,
     _WORKER["seed"] = seed
 
 
-def _work(start: int, captions: list[str], parsed: Optional[list] = None) -> list[Any]:
-    """Negatives (or a skip reason) for captions `start, start+1, ...` of the input; `parsed`
-    holds the parses of the input's first captions (the vocabulary pass), reused here."""
+def _work(start: int, captions: list[str], reuse: Optional[list] = None) -> list[Any]:
+    """Negatives (or a skip reason) for captions `start, start+1, ...` of the input; `reuse`
+    holds the parses of the first of them kept from the vocabulary pass (`text.Parsed`)."""
     gen: RuleNegativeGenerator = _WORKER["gen"]
-    reuse = parsed[start:start + len(captions)] if parsed else []
+    reuse = reuse or []
     docs = reuse + gen.parse(captions[len(reuse):]) if len(reuse) < len(captions) else reuse
     out: list[Any] = []
     for i, (caption, doc) in enumerate(zip(captions, docs)):
@@ -247,15 +248,18 @@ def run_generate(input_path: str | Path, out_dir: str | Path,
         pin_inputs(out_dir, [input_path])  # a resume reading an edited input is refused here
         if not os.access(out_dir, os.W_OK):  # found before the vocabulary pass, not after it
             raise PermissionError(13, "Permission denied", str(out_dir))
-        parsed: list = []  # a fresh run parses the vocabulary sample once: the inline pass reuses it
-        # mined or read here: the inline pass uses it as is (what vocab.json holds)
+        parsed: list = []  # a fresh run parses the vocabulary sample once: the generation pass reuses it
+        # mined or read here, once: the generation pass (inline or forked workers) uses it as is
+        # (what vocab.json holds)
         if opt.rules != "compclip":
             vocab, vocab_file = None, None
         elif not vocab_file.is_file():
             if vocab is None:
                 vocab = build_vocabulary(source.items(), opt.vocab_sample, opt.max_words,
-                                         parsed if opt.workers <= 1 else None, opt.spacy_model)
+                                         parsed, opt.spacy_model)
             vocab.to_json(vocab_file)
+        else:
+            vocab = Vocabulary.from_json(vocab_file)  # a resumed run
         kinds_selected = select_kinds(opt.kinds, opt.rules)
         writer = ShardSetWriter(out_dir, max_count=opt.shard_size, features=features, order=order)
         done = writer.inputs_done
@@ -269,11 +273,11 @@ def run_generate(input_path: str | Path, out_dir: str | Path,
             if opt.workers <= 1:
                 _init_worker(config, vocab_name, opt.seed, vocab)
                 for start, chunk in chunks:
-                    write(start, chunk, _work(start, [it.caption for it in chunk], parsed))
+                    write(start, chunk, _work(start, [it.caption for it in chunk], parsed[start:start + len(chunk)]))
                     if parsed and start + len(chunk) >= len(parsed):
-                        parsed = []  # past the vocabulary sample: free the parses
+                        parsed.clear()  # past the vocabulary sample: free the parses
             else:
-                _run_pool(opt.workers, config, vocab_name, opt.seed, chunks, write)
+                _run_pool(opt.workers, config, vocab_name, vocab, opt.seed, chunks, write, parsed)
         except BaseException as err:  # complete shards and the manifest stay; the partial one goes
             writer.__exit__(type(err), err, None)
             raise
@@ -383,8 +387,10 @@ def _copy_with_negatives(writer: ShardSetWriter, raw: dict[str, Any], negs: list
     writer.add_raw(members, extra=extra)
 
 
-def _run_pool(workers: int, config: dict[str, Any], vocab_file: Optional[str], seed: int, chunks,
-              write) -> None:
+def _run_pool(workers: int, config: dict[str, Any], vocab_file: Optional[str], vocab: Optional[Vocabulary],
+              seed: int, chunks, write, parsed: list) -> None:
+    """Point 2 of the module docstring with `workers` processes; the parent reads, sends each
+    chunk's captions (and their kept parses, `parsed`) and writes the results in order."""
     import multiprocessing as mp
     RuleNegativeGenerator(**config).parse([])  # the pipeline loaded once, before the fork
     saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
@@ -392,11 +398,16 @@ def _run_pool(workers: int, config: dict[str, Any], vocab_file: Optional[str], s
     try:
         # fork: workers inherit the loaded pipeline instead of importing spaCy again
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        with ctx.Pool(workers, initializer=_init_worker, initargs=(config, vocab_file, seed)) as pool:
+        # a forked worker inherits the parent's vocabulary; a spawned one reads vocab.json
+        inherited = vocab if ctx.get_start_method() == "fork" else None
+        with ctx.Pool(workers, initializer=_init_worker, initargs=(config, vocab_file, seed, inherited)) as pool:
             pending: deque = deque()
             for start, chunk in chunks:
                 captions = [it.caption for it in chunk]
-                pending.append((start, chunk, pool.apply_async(_work, (start, captions))))
+                reuse = parsed[start:start + len(chunk)]
+                if parsed and start + len(chunk) >= len(parsed):
+                    parsed.clear()  # past the vocabulary sample: what is left goes with the pending chunks
+                pending.append((start, chunk, pool.apply_async(_work, (start, captions, reuse))))
                 while len(pending) > 2 * workers:
                     s, c, res = pending.popleft()
                     write(s, c, res.get())
