@@ -1,0 +1,88 @@
+"""The negatives command's cost per caption and its memory do not grow with the input (issue 37).
+
+- The parses of the vocabulary sample, kept for the generation pass, are `text.Parsed` (text
+  and token view), a few KB each, not spaCy Docs; the rules give the same negatives from them.
+- With `--workers 2` every caption is parsed once (before: the vocabulary sample twice, once
+  for the vocabulary and again in the workers), and forked workers inherit the vocabulary
+  instead of each reading `vocab.json`. Calls are counted across processes through a file.
+"""
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+import pytest
+
+from compclip.datagen.negatives.captions_io import CaptionItem
+
+CAPTIONS = ["A man riding a brown horse on a sandy beach.", "Two dogs playing with a red ball in the park.",
+            "A woman in a blue dress holding an umbrella.", "A plate of food next to a cup of coffee.",
+            "A cat sleeping on a wooden bench near a tree.", "A large white bus parked on the side of a street."]
+
+
+def _captions(n: int) -> list[str]:
+    return [f"{c[:-1]} number {i}." for i, c in zip(range(n), CAPTIONS * (n // len(CAPTIONS) + 1))]
+
+
+def _kept_bytes_per_caption(n: int) -> tuple[float, list]:
+    """Traced bytes still held by the parses `build_vocabulary` keeps for `n` captions."""
+    from compclip.datagen.negatives.pipeline import build_vocabulary
+    from compclip.datagen.negatives.rules import RuleNegativeGenerator
+    RuleNegativeGenerator().parse(["A warm up."])  # the pipeline loaded (cached) before tracing
+    items = (CaptionItem(f"k{i}", c) for i, c in enumerate(_captions(n)))
+    parsed: list = []
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        vocab = build_vocabulary(items, n, parsed=parsed)
+        del vocab
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    return kept / n, parsed
+
+
+def test_vocabulary_pass_keeps_compact_parses_that_give_the_same_negatives():
+    from compclip.datagen.negatives.rules import RuleNegativeGenerator
+    from compclip.datagen.negatives.text import Parsed
+    per_caption, parsed = _kept_bytes_per_caption(300)
+    assert len(parsed) == 300 and all(isinstance(p, Parsed) for p in parsed)
+    # a Doc with its cached view holds ~16 KB traced per caption of this length; text + view ~5 KB
+    assert per_caption < 8000
+    gen = RuleNegativeGenerator(plausibility=None)
+    docs = gen.parse(_captions(300)[:40])
+    for i, (doc, kept) in enumerate(zip(docs, parsed)):
+        assert kept.text == doc.text
+        assert gen.negatives_for(kept, 0, i) == gen.negatives_for(doc, 0, i)
+
+
+@pytest.mark.slow
+def test_two_workers_parse_each_caption_once_and_inherit_the_vocabulary(tmp_path, monkeypatch):
+    from compclip.datagen.negatives import pipeline
+    from compclip.datagen.negatives.rules import RuleNegativeGenerator
+    from compclip.datagen.negatives.vocab import Vocabulary
+    log = tmp_path / "calls.log"  # appended to by the main process and the forked workers alike
+
+    def note(what: str) -> None:
+        with open(log, "a") as handle:
+            handle.write(what + "\n")
+    parse, from_json = RuleNegativeGenerator.parse, Vocabulary.from_json.__func__
+
+    def counted_parse(self, captions):
+        note(f"parse {len(captions)}")
+        return parse(self, captions)
+
+    def counted_from_json(cls, path):
+        note("from_json")
+        return from_json(cls, path)
+    monkeypatch.setattr(RuleNegativeGenerator, "parse", counted_parse)
+    monkeypatch.setattr(Vocabulary, "from_json", classmethod(counted_from_json))
+    src = tmp_path / "caps.csv"
+    src.write_text("filepath,caption\n" + "".join(f"img{i}.jpg,{c}\n" for i, c in enumerate(_captions(90))))
+    pipeline.run_generate(src, tmp_path / "out", pipeline.GenerateOptions(
+        workers=2, chunk_size=20, vocab_sample=50, progress=False))
+    calls = log.read_text().split("\n")[:-1]
+    assert sum(int(c.split()[1]) for c in calls if c.startswith("parse")) == 90  # before: 140
+    assert "from_json" not in calls  # before: once per worker
