@@ -2,6 +2,8 @@
 
 - The parses of the vocabulary sample, kept for the generation pass, are `text.Parsed` (text
   and token view), a few KB each, not spaCy Docs; the rules give the same negatives from them.
+- A text input's items, read into memory to be permuted, are held as one `marshal` record each
+  (~210 bytes here), not as `CaptionItem`s with their meta dicts (~570).
 - With `--workers 2` every caption is parsed once (before: the vocabulary sample twice, once
   for the vocabulary and again in the workers), and forked workers inherit the vocabulary
   instead of each reading `vocab.json`. Calls are counted across processes through a file.
@@ -86,3 +88,37 @@ def test_two_workers_parse_each_caption_once_and_inherit_the_vocabulary(tmp_path
     calls = log.read_text().split("\n")[:-1]
     assert sum(int(c.split()[1]) for c in calls if c.startswith("parse")) == 90  # before: 140
     assert "from_json" not in calls  # before: once per worker
+
+
+def _traced_at_first_sample(tmp_path, monkeypatch, n: int) -> int:
+    """Traced bytes held when `run_generate` writes its first sample (the run stops there), for
+    a CSV of `n` captions and a vocabulary sample of 30."""
+    from compclip.datagen.negatives import pipeline
+    from compclip.shardset.shards import ShardSetWriter
+    src = tmp_path / f"caps{n}.csv"
+    src.write_text("filepath,caption\n" + "".join(f"{i:012d}.jpg,{c}\n" for i, c in enumerate(_captions(n))))
+    seen = []
+
+    def first_sample(self, *args, **kwargs):
+        gc.collect()
+        seen.append(tracemalloc.get_traced_memory()[0])
+        raise KeyboardInterrupt
+    monkeypatch.setattr(ShardSetWriter, "add", first_sample)
+    tracemalloc.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pipeline.run_generate(src, tmp_path / f"out{n}", pipeline.GenerateOptions(
+                vocab_sample=30, chunk_size=10, plausibility=None, progress=False))
+    finally:
+        tracemalloc.stop()
+    return seen[0]
+
+
+def test_text_input_items_are_held_compactly(tmp_path, monkeypatch):
+    from compclip.datagen.negatives.rules import RuleNegativeGenerator
+    RuleNegativeGenerator().parse(["A warm up."])  # the pipeline loaded (cached) before tracing
+    _traced_at_first_sample(tmp_path, monkeypatch, 100)  # caches filled once per process, untraced after
+    small, large = (_traced_at_first_sample(tmp_path, monkeypatch, n) for n in (500, 2500))
+    # per input item: a marshal record (~210 bytes here) and its list slots; a CaptionItem
+    # with its meta dict held ~570
+    assert (large - small) / 2000 < 350

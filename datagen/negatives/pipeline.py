@@ -48,6 +48,7 @@ from __future__ import annotations
 import functools
 import gc
 import json
+import marshal
 import os
 import sys
 import time
@@ -298,25 +299,34 @@ def run_generate(input_path: str | Path, out_dir: str | Path,
 class _Input:
     """The caption items of a run, as every pass reads them: filtered by `splits` and `select`,
     a text input permuted by the seed (read, filtered and permuted once, then reused), capped at
-    `limit`."""
+    `limit`. A text input's items are kept as one `marshal` record each (key, caption, meta),
+    about a third of a `CaptionItem`'s memory, and rebuilt as they are read."""
 
     def __init__(self, path: str | Path, opt: GenerateOptions, permute: bool):
         self.path, self.opt, self.permute = path, opt, permute
-        self.permuted: list[CaptionItem] = []
+        self.permuted: list[bytes] = []
 
     def items(self) -> Iterator[CaptionItem]:
         opt = self.opt
         if self.permute and self.permuted:
-            it: Iterator[CaptionItem] = iter(self.permuted)
+            it: Iterator[CaptionItem] = map(_unpacked, self.permuted)
         else:
             it = read_items(self.path, image_col=opt.image_col, caption_col=opt.caption_col)
             if opt.splits:
                 it = (x for x in it if x.meta.get("split") in opt.splits)
             it = opt.select(it) if opt.select is not None else it
             if self.permute:
-                self.permuted.extend(shuffled(it, opt.seed))
-                it = iter(self.permuted)
+                self.permuted.extend(shuffled(map(_packed, it), opt.seed))
+                it = map(_unpacked, self.permuted)
         return islice(it, opt.limit) if opt.limit is not None else it
+
+
+def _packed(item: CaptionItem) -> bytes:
+    return marshal.dumps((item.key, item.caption, item.meta))
+
+
+def _unpacked(record: bytes) -> CaptionItem:
+    return CaptionItem(*marshal.loads(record))
 
 
 class _Write:
