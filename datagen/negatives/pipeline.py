@@ -29,7 +29,8 @@
    Each shard also records its captions' counts (`counts`: captions, skip reasons, negatives
    and coverage counts per kind:subkind); the closing report `negatives_stats.json` is their
    sum over every shard, so after a resume it covers the whole set, the killed run's shards
-   included (its speed, `captions_per_s`, is this run's).
+   included (its speed, `captions_per_s`, is this run's, from the vocabulary pass on: that pass
+   parses the sample's captions, which the generation pass then does not).
 5. With `images` (a `datagen.prepare.imagefiles.ImageFiles`), each text item's image file
    (`meta["image_path"]` under the images root) is attached as the sample's image, bytes as they
    are on disk. A missing or unreadable file stops the run with an error naming the file and the
@@ -250,6 +251,7 @@ def run_generate(input_path: str | Path, out_dir: str | Path,
         if not os.access(out_dir, os.W_OK):  # found before the vocabulary pass, not after it
             raise PermissionError(13, "Permission denied", str(out_dir))
         parsed: list = []  # a fresh run parses the vocabulary sample once: the generation pass reuses it
+        t0 = time.perf_counter()  # the speed counts the vocabulary pass: it parses the sample's captions
         # mined or read here, once: the generation pass (inline or forked workers) uses it as is
         # (what vocab.json holds)
         if opt.rules != "compclip":
@@ -269,7 +271,6 @@ def run_generate(input_path: str | Path, out_dir: str | Path,
         write = _Write(writer, run, bar, opt)
         chunks = _chunks(islice(source.items(), done, None), done, opt.chunk_size)
         vocab_name = str(vocab_file) if vocab_file else None
-        t0 = time.perf_counter()
         try:
             if opt.workers <= 1:
                 _init_worker(config, vocab_name, opt.seed, vocab)
