@@ -4,13 +4,14 @@
   and token view), a few KB each, not spaCy Docs; the rules give the same negatives from them.
 - A text input's items, read into memory to be permuted, are held as one `marshal` record each
   (~210 bytes here), not as `CaptionItem`s with their meta dicts (~570).
-- With `--workers 2` every caption is parsed once (before: the vocabulary sample twice, once
-  for the vocabulary and again in the workers), and forked workers inherit the vocabulary
-  instead of each reading `vocab.json`. Calls are counted across processes through a file.
+- With `--workers 2` every caption is parsed once, by the workers (before: the vocabulary
+  sample twice, in the main process for the vocabulary and again in the workers), and forked
+  workers inherit the vocabulary instead of each reading `vocab.json`. Calls are counted across processes through a file.
 """
 from __future__ import annotations
 
 import gc
+import os
 import tracemalloc
 
 import pytest
@@ -73,7 +74,7 @@ def test_two_workers_parse_each_caption_once_and_inherit_the_vocabulary(tmp_path
     parse, from_json = RuleNegativeGenerator.parse, Vocabulary.from_json.__func__
 
     def counted_parse(self, captions):
-        note(f"parse {len(captions)}")
+        note(f"parse {len(captions)} {os.getpid()}")
         return parse(self, captions)
 
     def counted_from_json(cls, path):
@@ -86,7 +87,9 @@ def test_two_workers_parse_each_caption_once_and_inherit_the_vocabulary(tmp_path
     pipeline.run_generate(src, tmp_path / "out", pipeline.GenerateOptions(
         workers=2, chunk_size=20, vocab_sample=50, progress=False))
     calls = log.read_text().split("\n")[:-1]
-    assert sum(int(c.split()[1]) for c in calls if c.startswith("parse")) == 90  # before: 140
+    parses = [c.split()[1:] for c in calls if c.startswith("parse")]
+    assert sum(int(n) for n, _ in parses) == 90  # before: 140
+    assert sum(int(n) for n, pid in parses if int(pid) == os.getpid()) == 0  # before: the sample's 50
     assert "from_json" not in calls  # before: once per worker
 
 

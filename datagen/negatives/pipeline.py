@@ -54,6 +54,7 @@ import os
 import sys
 import time
 from collections import Counter, deque
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -77,21 +78,36 @@ VOCAB_FILE = "vocab.json"
 GC_THRESHOLD = 200_000  # new objects between two passes of the cyclic collector (Python: 700)
 STATS_FILE = "negatives_stats.json"
 _WORKER: dict[str, Any] = {}
+_BLOCK = 1024  # captions per block of the vocabulary pass (4 of spaCy's default batches)
 
 
 def build_vocabulary(items: Iterator[CaptionItem], n: int, max_words: int = 100,
-                     parsed: Optional[list] = None, spacy_model: str = SPACY_MODEL) -> Vocabulary:
+                     parsed: Optional[list] = None, spacy_model: str = SPACY_MODEL,
+                     pool=None) -> Vocabulary:
     """Mine the vocabulary from the first `n` captions; their parses are appended to `parsed`
     when a list is given (as `text.Parsed`, not Docs: a few KB each), so the generation pass
-    need not parse them again."""
+    need not parse them again. They are parsed block by block (the Docs of one block held at a
+    time), by the processes of `pool` (`_pool`) when given."""
     captions = [it.caption for it in islice(items, n)]
-    gen = RuleNegativeGenerator(max_words=max_words, spacy_model=spacy_model)
-    block = 4 * gen.batch_size  # parsed block by block: the sample's Docs are never all held at once
-    docs = [None if d is None else Parsed(d)
-            for b in range(0, len(captions), block) for d in gen.parse(captions[b:b + block])]
+    blocks = [captions[b:b + _BLOCK] for b in range(0, len(captions), _BLOCK)]
+    if pool is None:
+        gen = RuleNegativeGenerator(max_words=max_words, spacy_model=spacy_model)
+        done: Iterator[list] = (_kept(gen, block) for block in blocks)
+    else:
+        done = pool.imap(_parse_block, blocks)
+    docs = [d for block in done for d in block]
     if parsed is not None:
         parsed.extend(docs)
     return Vocabulary.mine(view(d) for d in docs if d is not None)
+
+
+def _kept(gen: RuleNegativeGenerator, captions: list[str]) -> list[Optional[Parsed]]:
+    return [None if d is None else Parsed(d) for d in gen.parse(captions)]
+
+
+def _parse_block(captions: list[str]) -> list[Optional[Parsed]]:
+    """A worker's part of the vocabulary pass: the parses of a block of the sample."""
+    return _kept(_WORKER["gen"], captions)
 
 
 def _init_worker(config: dict[str, Any], vocab_path: Optional[str], seed: int,
@@ -258,8 +274,9 @@ def run_generate(input_path: str | Path, out_dir: str | Path,
             vocab, vocab_file = None, None
         elif not vocab_file.is_file():
             if vocab is None:
-                vocab = build_vocabulary(source.items(), opt.vocab_sample, opt.max_words,
-                                         parsed, opt.spacy_model)
+                with _pool(opt.workers, config, (None, opt.seed)) if opt.workers > 1 else nullcontext() as pool:
+                    vocab = build_vocabulary(source.items(), opt.vocab_sample, opt.max_words,
+                                             parsed, opt.spacy_model, pool)
             vocab.to_json(vocab_file)
         else:
             vocab = Vocabulary.from_json(vocab_file)  # a resumed run
@@ -403,28 +420,37 @@ def _run_pool(workers: int, config: dict[str, Any], vocab_file: Optional[str], v
     """Point 2 of the module docstring with `workers` processes; the parent reads, sends each
     chunk's captions (and their kept parses, `parsed`) and writes the results in order."""
     import multiprocessing as mp
+    # a forked worker inherits the parent's vocabulary; a spawned one reads vocab.json
+    inherited = vocab if "fork" in mp.get_all_start_methods() else None
+    with _pool(workers, config, (vocab_file, seed, inherited)) as pool:
+        pending: deque = deque()
+        for start, chunk in chunks:
+            captions = [it.caption for it in chunk]
+            reuse = parsed[start:start + len(chunk)]
+            if parsed and start + len(chunk) >= len(parsed):
+                parsed.clear()  # past the vocabulary sample: what is left goes with the pending chunks
+            pending.append((start, chunk, pool.apply_async(_work, (start, captions, reuse))))
+            while len(pending) > 2 * workers:
+                s, c, res = pending.popleft()
+                write(s, c, res.get())
+        while pending:
+            s, c, res = pending.popleft()
+            write(s, c, res.get())
+
+
+@contextmanager
+def _pool(workers: int, config: dict[str, Any], initargs: tuple):
+    """`workers` processes, each set up by `_init_worker(config, *initargs)` with one BLAS
+    thread; forked where the platform can, after the spaCy pipeline is loaded here, so they
+    inherit it instead of importing spaCy again."""
+    import multiprocessing as mp
     RuleNegativeGenerator(**config).parse([])  # the pipeline loaded once, before the fork
     saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
     os.environ.update({k: "1" for k in saved})  # children inherit: one BLAS thread each
     try:
-        # fork: workers inherit the loaded pipeline instead of importing spaCy again
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        # a forked worker inherits the parent's vocabulary; a spawned one reads vocab.json
-        inherited = vocab if ctx.get_start_method() == "fork" else None
-        with ctx.Pool(workers, initializer=_init_worker, initargs=(config, vocab_file, seed, inherited)) as pool:
-            pending: deque = deque()
-            for start, chunk in chunks:
-                captions = [it.caption for it in chunk]
-                reuse = parsed[start:start + len(chunk)]
-                if parsed and start + len(chunk) >= len(parsed):
-                    parsed.clear()  # past the vocabulary sample: what is left goes with the pending chunks
-                pending.append((start, chunk, pool.apply_async(_work, (start, captions, reuse))))
-                while len(pending) > 2 * workers:
-                    s, c, res = pending.popleft()
-                    write(s, c, res.get())
-            while pending:
-                s, c, res = pending.popleft()
-                write(s, c, res.get())
+        with ctx.Pool(workers, initializer=_init_worker, initargs=(config, *initargs)) as pool:
+            yield pool
     finally:
         for k, v in saved.items():
             if v is None:
