@@ -5,9 +5,10 @@
 1. Vocabulary (the compclip rules only; the negclip rules use none): `out/vocab.json` if
    present (a resumed run), else the file given, else mined from the first `vocab_sample`
    captions; saved to `out/vocab.json` either way, so every chunk, worker and resume draws from
-   the same words. The parses of that sample are kept (`text.Parsed`: text and token view, not
-   the spaCy Doc) and reused by step 2, inline or sent to a worker with their chunk: every
-   caption is parsed once. Worker processes forked from the main one inherit its vocabulary.
+   the same words. That sample is parsed by the worker processes when there are several, and
+   its parses are kept (`text.Parsed`: text and token view, not the spaCy Doc) and reused by
+   step 2, inline or sent to a worker with their chunk: every caption is parsed once. Worker
+   processes forked from the main one inherit its vocabulary.
 2. Items are read in order and cut into chunks; each chunk's captions go to a worker (or run
    inline with `workers=1`), which parses them once and returns their negatives. Caption `i` of
    the input always uses seed `(seed, i)`, so output does not depend on chunking or workers.
