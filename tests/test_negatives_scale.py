@@ -1,4 +1,4 @@
-"""The negatives command's cost per caption and its memory do not grow with the input (issue 37).
+"""The negatives command at scale (issue 37): what it holds per caption, what it repeats.
 
 - The parses of the vocabulary sample, kept for the generation pass, are `text.Parsed` (text
   and token view), a few KB each, not spaCy Docs; the rules give the same negatives from them.
@@ -6,7 +6,9 @@
   (~210 bytes here), not as `CaptionItem`s with their meta dicts (~570).
 - With `--workers 2` every caption is parsed once, by the workers (before: the vocabulary
   sample twice, in the main process for the vocabulary and again in the workers), and forked
-  workers inherit the vocabulary instead of each reading `vocab.json`. Calls are counted across processes through a file.
+  workers inherit the vocabulary instead of each reading `vocab.json` (calls counted across
+  processes through a file).
+- The closing report's speed counts the vocabulary pass (a fake clock).
 """
 from __future__ import annotations
 
