@@ -128,15 +128,20 @@ def _init_worker(config: dict[str, Any], vocab_path: Optional[str], seed: int,
 
 def _work(start: int, captions: list[str], reuse: Optional[list] = None) -> list[Any]:
     """Negatives (or a skip reason) for captions `start, start+1, ...` of the input; `reuse`
-    holds the parses of the first of them kept from the vocabulary pass (`text.Parsed`)."""
+    holds the parses of the first of them kept from the vocabulary pass (`text.Parsed`). The
+    others are parsed one spaCy batch at a time: the Docs of one batch are held, not a chunk's."""
     gen: RuleNegativeGenerator = _WORKER["gen"]
     reuse = reuse or []
-    docs = reuse + gen.parse(captions[len(reuse):]) if len(reuse) < len(captions) else reuse
-    out: list[Any] = []
-    for i, (caption, doc) in enumerate(zip(captions, docs)):
-        out.append(gen.negatives_for(doc, _WORKER["seed"], start + i) if doc is not None
-                   else _skip_reason(gen, caption))
+    out = [_negatives(gen, caption, doc, start + i) for i, (caption, doc) in enumerate(zip(captions, reuse))]
+    for b in range(len(reuse), len(captions), gen.batch_size):
+        batch = captions[b:b + gen.batch_size]
+        out += [_negatives(gen, caption, doc, start + b + i)
+                for i, (caption, doc) in enumerate(zip(batch, gen.parse(batch)))]
     return out
+
+
+def _negatives(gen: RuleNegativeGenerator, caption: str, doc, index: int) -> Any:
+    return gen.negatives_for(doc, _WORKER["seed"], index) if doc is not None else _skip_reason(gen, caption)
 
 
 def _skip_reason(gen: RuleNegativeGenerator, caption: str) -> str:
