@@ -8,6 +8,7 @@
   sample twice, in the main process for the vocabulary and again in the workers), and forked
   workers inherit the vocabulary instead of each reading `vocab.json` (calls counted across
   processes through a file).
+- Past the vocabulary sample, a chunk is parsed one spaCy batch at a time.
 - The closing report's speed counts the vocabulary pass (a fake clock).
 """
 from __future__ import annotations
@@ -146,3 +147,22 @@ def test_reported_speed_counts_the_vocabulary_pass(tmp_path, monkeypatch):
     src.write_text("filepath,caption\n" + "".join(f"img{i}.jpg,{c}\n" for i, c in enumerate(_captions(20))))
     stats = pipeline.run_generate(src, tmp_path / "out", pipeline.GenerateOptions(progress=False))["stats"]
     assert stats["seconds"] == 1000.0  # before: 0.0
+
+
+def test_chunks_are_parsed_one_batch_at_a_time(tmp_path, monkeypatch):
+    """Past the vocabulary sample a chunk's captions are parsed `batch_size` at a time, so the
+    Docs of one batch are held, not those of a whole chunk (1,000 captions by default)."""
+    from compclip.datagen.negatives import pipeline
+    from compclip.datagen.negatives.rules import RuleNegativeGenerator
+    sizes = []
+    parse = RuleNegativeGenerator.parse
+
+    def counted_parse(self, captions):
+        sizes.append(len(captions))
+        return parse(self, captions)
+    monkeypatch.setattr(RuleNegativeGenerator, "parse", counted_parse)
+    src = tmp_path / "caps.csv"
+    src.write_text("filepath,caption\n" + "".join(f"img{i}.jpg,{c}\n" for i, c in enumerate(_captions(100))))
+    pipeline.run_generate(src, tmp_path / "out", pipeline.GenerateOptions(
+        vocab_sample=10, chunk_size=60, batch_size=16, plausibility=None, progress=False))
+    assert sum(sizes) == 100 and max(sizes) <= 16  # before: 50 (a chunk less its kept parses)
