@@ -2,8 +2,8 @@
 
 Each negative kind is one function `fn(doc, rng) -> list[Negative]` over a parsed caption (a spaCy
 `Doc`, parsed once and shared by every function; in a corpus run the vocabulary sample's come as
-`text.Parsed`, which compclip rules read as a Doc, through `text.view` and `.text`), registered under `(kind, subkind)` of a rule
-set with `@register_negative`, in the spirit of timm's model registry. Two rule sets exist:
+`text.Parsed`, read as a Doc through `text.view` and `.text`), registered under `(kind, subkind)`
+of a rule set with `@register_negative`, in the spirit of timm's model registry. Two rule sets exist:
 `compclip` (the guarded swap / replace / add rules, `NEGATIVE_FNS`) and `negclip` (NegCLIP's
 swaps as its authors' script made them, `datagen/negatives/negclip.py`). A `NegativeGenerator` is anything
 with `generate(captions, seed) -> list[list[Negative]]`: one list per caption, deterministic for
