@@ -95,3 +95,66 @@ def test_a_text_only_set_shuffles(tmp_path, capsys):
     assert sorted(got) == [f"s{i:06d}" for i in range(120)] and got != sorted(got)
     assert all(set(raw) == {"__key__", "__url__", "txt", "json"}
                for url in shard_urls(out) for raw in iter_raw_samples(url))
+
+
+class CountedReads:
+    """A file whose payload reads are counted: the bytes each `read` call returns."""
+
+    def __init__(self, file, counts):
+        self._file, self._counts = file, counts
+
+    def read(self, *args):
+        data = self._file.read(*args)
+        self._counts[self._file.name] = self._counts.get(self._file.name, 0) + len(data)
+        return data
+
+    def __getattr__(self, name):
+        return getattr(self._file, name)
+
+    def __iter__(self):
+        return iter(self.read, b"")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._file.close()
+
+
+def test_the_command_copies_members_without_tarfile_and_reads_back_headers_alone(tmp_path, monkeypatch, capsys):
+    src, out = tiny_set(tmp_path / "src", 300, shard_size=100), tmp_path / "out"
+    calls = {"frombuf": 0, "tobuf": 0}
+    frombuf, tobuf = tarfile.TarInfo.frombuf.__func__, tarfile.TarInfo.tobuf
+
+    def counted_frombuf(cls, *args, **kwargs):
+        calls["frombuf"] += 1
+        return frombuf(cls, *args, **kwargs)
+
+    def counted_tobuf(self, *args, **kwargs):
+        calls["tobuf"] += 1
+        return tobuf(self, *args, **kwargs)
+
+    reads: dict[str, int] = {}
+    real_open = open
+
+    def counted_open(file, mode="r", *args, **kwargs):
+        handle = real_open(file, mode, *args, **kwargs)
+        path = Path(str(file))
+        if "r" in mode and path.parent == out and path.suffix == ".tar":  # an output shard read back
+            return CountedReads(handle, reads)
+        return handle
+
+    monkeypatch.setattr(tarfile.TarInfo, "frombuf", classmethod(counted_frombuf))
+    monkeypatch.setattr(tarfile.TarInfo, "tobuf", counted_tobuf)
+    monkeypatch.setattr("builtins.open", counted_open)
+    monkeypatch.setattr(tarfile, "bltn_open", counted_open)
+    assert main(["shuffle", "--src", str(src), "--out", str(out), "--buckets", "3", "--max-count", "120",
+                 "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out)["verified"] == {"samples": 300, "shards": 3}
+    assert calls == {"frombuf": 0, "tobuf": 0}  # headers checked and made without tarfile's objects
+    read_back = dict(reads)
+    monkeypatch.undo()
+    shards = sorted(out.glob("shard-*.tar"))
+    members = {path: sum(1 for _ in tarfile.open(path)) for path in shards}
+    # the final check read each header (and the zero block that ends the shard), no payload
+    assert read_back == {str(path): 512 * (members[path] + 1) for path in shards}
