@@ -69,12 +69,14 @@ class TarWriter:
     def close(self) -> tuple[int, Optional[str]]:
         """End the file as `tarfile` does; returns (bytes, sha256 hex digest or None)."""
         if not self.file.closed:
-            end = bytes(2 * BLOCK + -(self.size + 2 * BLOCK) % RECORD)
-            self.file.write(end)
-            if self._hash is not None:
-                self._hash.update(end)
-            self.size += len(end)
-            self.file.close()
+            try:
+                end = bytes(2 * BLOCK + -(self.size + 2 * BLOCK) % RECORD)
+                self.file.write(end)
+                if self._hash is not None:
+                    self._hash.update(end)
+                self.size += len(end)
+            finally:
+                self.file.close()
         return self.size, self._hash.hexdigest() if self._hash is not None else None
 
 
