@@ -1,6 +1,8 @@
 """`datagen shuffle` (compclip.shardset.shuffle) at scale: the output is byte for byte what the
 tarfile-based pass 1 wrote, the Python-level peak memory stays flat when the set grows 4x (with
-the bucket size kept the same), and a text-only set (what `negatives generate` writes) shuffles."""
+the bucket size kept the same), a text-only set (what `negatives generate` writes) shuffles, and
+the command makes no `tarfile` header object per member and reads back the output's headers, not
+its payloads."""
 import io
 import json
 import subprocess
@@ -158,3 +160,19 @@ def test_the_command_copies_members_without_tarfile_and_reads_back_headers_alone
     members = {path: sum(1 for _ in tarfile.open(path)) for path in shards}
     # the final check read each header (and the zero block that ends the shard), no payload
     assert read_back == {str(path): 512 * (members[path] + 1) for path in shards}
+
+
+def test_pass_2_counts_negatives_and_coco_ids_of_the_samples_it_copies(tmp_path):
+    from compclip.shardset.schema import Negative
+    src = tmp_path / "src"
+    with ShardSetWriter(src, max_count=40, features={"negatives": True}) as writer:
+        for i in range(100):
+            negatives = [Negative(f"not caption {i} {j}", "swap", "obj") for j in range(i % 3)]
+            writer.add(ShardSample(f"s{i:06d}", f"caption {i}", TINY_JPEG, negatives=negatives,
+                                   meta={"source": "fixture", "image_id": i, "coco_id": 1000 + i // 2}))
+    out = shuffle_shard_set(src, tmp_path / "out", seed=1, buckets=3, max_count=30, progress=False)
+    counted = {k: v for k, v in out["negatives_per_sample"].items() if k != "shards_counted"}
+    assert counted == {k: v for k, v in read_manifest(src)["negatives_per_sample"].items() if k != "shards_counted"}
+    assert counted["histogram"] == {"0": 34, "1": 33, "2": 33}
+    assert (tmp_path / "out" / "image_ids.txt").read_text() == (src / "image_ids.txt").read_text()
+    assert len((src / "image_ids.txt").read_text().split()) == 50

@@ -25,6 +25,13 @@ def test_member_header_is_what_tarfile_writes(name):
         assert member_header(name, size) == tarfile_header(name, size), (name, size)
 
 
+def test_members_are_read_only_with_time_and_owners_zero():
+    info = tarfile.TarInfo.frombuf(member_header("k.txt", 9), tarfile.ENCODING, "surrogateescape")
+    assert (info.name, info.size, info.mode, info.mtime, info.uid, info.gid, info.uname, info.gname) \
+        == ("k.txt", 9, 0o444, 0, 0, 0, "", "")
+    assert info.isfile() and member_header("k.txt", 9)[257:265] == tarfile.POSIX_MAGIC
+
+
 def test_what_tarfile_cannot_write_is_refused_as_tarfile_refuses_it():
     for name, size in (("x.jpg", 8 ** 11), ("y" * 97 + ".jpg", 1), ("d/" + "y" * 120 + ".jpg", 1)):
         with pytest.raises(ValueError) as theirs:
@@ -108,3 +115,12 @@ def test_a_truncated_member_is_an_error_as_in_tarfile(tmp_path):
         tarfile_read(path)
     with pytest.raises(tarfile.ReadError, match="cut.tar: unexpected end of data in member 's1.jpg'"):
         list(iter_members(path))
+
+
+@pytest.mark.parametrize("name", ["k.jpg", "k.neg.json", "a/b/k.partner.txt", "k", "dir/", "a/.", ".", "", "a//k.x"])
+def test_member_key_splits_as_pathlib_does(name):
+    from pathlib import Path
+
+    from compclip.shardset.shards import member_key
+    key, _, ext = Path(name).name.partition(".")
+    assert member_key(name) == (key, ext)

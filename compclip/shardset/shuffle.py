@@ -6,13 +6,16 @@
 For a set too large to hold in memory. Pass 1 reads every sample of SRC once, in order, and
 appends its raw members (bytes untouched) to one of N temporary bucket tar files under the work
 folder (default `OUT/.shuffle`), chosen by a seeded random draw per sample; the buckets are
-written header by header, keeping nothing per member, so memory does not grow with the set
-(`tests/test_shuffle_scale.py`). Samples need no image (text-only sets shuffle). Pass 2 loads one
-bucket at a time, shuffles its samples with a generator seeded by (seed, bucket), and writes them
-through `ShardSetWriter`. Uniform bucket choice followed by a uniform shuffle of each bucket gives
-a uniformly random permutation of the whole set, reproducible from the seed and N; memory holds
-one bucket (about total bytes / N; the default N aims at `BUCKET_BYTES` per bucket), disk holds
-one extra copy of SRC while it runs (the buckets are deleted at the end).
+written member by member (`compclip.shardset.tarblocks`), keeping nothing per member, so memory
+does not grow with the set (`tests/test_shuffle_scale.py`). Samples need no image (text-only sets
+shuffle). Pass 2 loads one bucket at a time, shuffles its samples with a generator seeded by
+(seed, bucket), and writes them through `ShardSetWriter` without checking them again. On a set
+`ShardSetWriter` wrote, neither pass nor the final check makes a `tarfile` object per member:
+headers are read and written as bytes (`tests/test_shuffle_scale.py`). Uniform bucket choice
+followed by a uniform shuffle of each bucket gives a uniformly random permutation of the whole
+set, reproducible from the seed and N; memory holds one bucket (about total bytes / N; the
+default N aims at `BUCKET_BYTES` per bucket), disk holds one extra copy of SRC while it runs (the
+buckets are deleted at the end).
 
 Pass 1 checks every sample against the shard schema, so a bad one (e.g. a caption that is not
 UTF-8) stops the run with one line naming the sample and its shard in SRC. Resumable: a
@@ -22,7 +25,9 @@ same order are skipped). A resume with another seed or N is refused in one line.
 The output manifest records `"order": {"shuffled": true, "seed": S, "method": "buckets",
 "buckets": N, "source": SRC}`, SRC's `features` and record of excluded benchmark images, and
 `shuffle` (samples, largest bucket); `image_ids.txt` is written anew. `check_output` is the
-command's final check: each output shard's sha256 and sample count, read from tar headers.
+command's final check: each output shard's size and sample count against the manifest, from its
+tar headers alone (payloads are skipped, not read; the manifest's sha256 is of the bytes as the
+writer wrote them).
 """
 from __future__ import annotations
 
@@ -142,9 +147,9 @@ def shuffle_shard_set(src: str | Path, out: str | Path, seed: int = 0,
 
 
 def check_output(directory: str | Path) -> dict[str, int]:
-    """The final check of a shuffled set, from tar headers: each shard's sha256 and sample count
-    against the manifest (the samples were checked against the schema in pass 1 and again when
-    written). Raises SchemaError naming the shard; returns `{"samples", "shards"}`."""
+    """The final check of a shuffled set, from tar headers alone: each shard's size and sample
+    count against the manifest (the samples were checked against the schema in pass 1). Raises
+    SchemaError naming the shard; returns `{"samples", "shards"}`."""
     manifest = read_manifest(directory)
     totals = {"samples": 0, "shards": 0}
     for entry in manifest["shards"]:
