@@ -71,9 +71,8 @@ def shuffle_command(code: Path, src: Path, out: Path) -> tuple[float, float, lis
     """(wall s, CPU s, output shard sha256s) of `python -m datagen shuffle` run from `code`."""
     shutil.rmtree(out, ignore_errors=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(code)}
-    run = lambda: subprocess.run([sys.executable, "-m", "datagen", "shuffle", "--src", str(src), "--out", str(out),  # noqa: E731
-                                  "--quiet"], cwd=code, env=env, capture_output=True, text=True)
-    done, wall, cpu = timed(run)
+    command = [sys.executable, "-m", "datagen", "shuffle", "--src", str(src), "--out", str(out), "--quiet"]
+    done, wall, cpu = timed(lambda: subprocess.run(command, cwd=code, env=env, capture_output=True, text=True))
     if done.returncode != 0:
         raise SystemExit(f"shuffle from {code} failed:\n{done.stderr[-2000:]}")
     hashes = [s["sha256"] for s in json.loads((out / "manifest.json").read_text())["shards"]]

@@ -10,12 +10,14 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from compclip.datagen.__main__ import main
 from compclip.shardset import shuffle as shuffle_mod
 from compclip.shardset.order import rng
-from compclip.shardset.schema import ShardSample
+from compclip.shardset.schema import Negative, SchemaError, ShardSample
 from compclip.shardset.shards import ShardSetWriter, iter_raw_samples, read_manifest, shard_urls
-from compclip.shardset.shuffle import shuffle_shard_set
+from compclip.shardset.shuffle import check_output, shuffle_shard_set
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_JPEG = b"\xff\xd8\xff\xe0 not decoded by the shard writer"
@@ -66,7 +68,7 @@ def test_output_is_byte_identical_to_the_tarfile_pass_1(tmp_path, monkeypatch):
 
 PEAK = """
 import sys, tracemalloc
-from compclip.shardset.shuffle import shuffle_shard_set
+from compclip.shardset.shuffle import check_output, shuffle_shard_set
 tracemalloc.start()
 shuffle_shard_set(sys.argv[1], sys.argv[2], seed=0, buckets=int(sys.argv[3]), progress=False)
 print(tracemalloc.get_traced_memory()[1])
@@ -163,7 +165,6 @@ def test_the_command_copies_members_without_tarfile_and_reads_back_headers_alone
 
 
 def test_pass_2_counts_negatives_and_coco_ids_of_the_samples_it_copies(tmp_path):
-    from compclip.shardset.schema import Negative
     src = tmp_path / "src"
     with ShardSetWriter(src, max_count=40, features={"negatives": True}) as writer:
         for i in range(100):
@@ -176,3 +177,12 @@ def test_pass_2_counts_negatives_and_coco_ids_of_the_samples_it_copies(tmp_path)
     assert counted["histogram"] == {"0": 34, "1": 33, "2": 33}
     assert (tmp_path / "out" / "image_ids.txt").read_text() == (src / "image_ids.txt").read_text()
     assert len((src / "image_ids.txt").read_text().split()) == 50
+
+
+def test_the_final_check_names_a_shard_whose_size_differs_from_the_manifest(tmp_path):
+    shuffle_shard_set(tiny_set(tmp_path / "src", 50), tmp_path / "out", buckets=2, max_count=20, progress=False)
+    assert check_output(tmp_path / "out") == {"samples": 50, "shards": 3}
+    shard = tmp_path / "out" / "shard-000001.tar"
+    shard.write_bytes(shard.read_bytes()[:-512])
+    with pytest.raises(SchemaError, match=r"shard-000001.tar: \d+ bytes, the manifest says \d+"):
+        check_output(tmp_path / "out")

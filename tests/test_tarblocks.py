@@ -3,9 +3,11 @@ import gzip
 import hashlib
 import io
 import tarfile
+from pathlib import Path
 
 import pytest
 
+from compclip.shardset.shards import member_key
 from compclip.shardset.tarblocks import TarWriter, iter_members, member_header
 
 NAMES = ["s000001.jpg", "k.neg.json", "a" * 96 + ".txt", "d" * 20 + "/" + "b" * 90 + ".jpg",
@@ -119,8 +121,5 @@ def test_a_truncated_member_is_an_error_as_in_tarfile(tmp_path):
 
 @pytest.mark.parametrize("name", ["k.jpg", "k.neg.json", "a/b/k.partner.txt", "k", "dir/", "a/.", ".", "", "a//k.x"])
 def test_member_key_splits_as_pathlib_does(name):
-    from pathlib import Path
-
-    from compclip.shardset.shards import member_key
     key, _, ext = Path(name).name.partition(".")
     assert member_key(name) == (key, ext)
