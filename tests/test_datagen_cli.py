@@ -16,6 +16,7 @@ import pytest
 
 from compclip.datagen.__main__ import build_parser, main
 from compclip.shardset.shards import read_manifest, update_manifest
+from compclip.shardset.tarblocks import TarWriter
 from compclip.datagen.images.stitch import write_stitched
 
 HEAVY = ("numpy", "PIL", "torch", "open_clip", "spacy")
@@ -166,14 +167,14 @@ def test_disk_full_mid_run_is_a_fault_and_the_set_resumes(tmp_path, capsys, monk
     bank = make_bank(tmp_path / "bank")
     args = ["stitch", "--bank", str(bank), "--out", str(tmp_path / "o"), "--n", "6", "--canvas", "32",
             "--max-count", "2"]
-    real, calls = tarfile.TarFile.addfile, []
+    real, calls = TarWriter.add, []  # every shard member is written by TarWriter.add
 
-    def full_after_a_while(self, info, fileobj=None):
-        calls.append(info.name)
+    def full_after_a_while(self, name, value):
+        calls.append(name)
         if len(calls) > 20:
-            raise OSError(errno.ENOSPC, "No space left on device", self.name)
-        return real(self, info, fileobj)
-    monkeypatch.setattr(tarfile.TarFile, "addfile", full_after_a_while)
+            raise OSError(errno.ENOSPC, "No space left on device", self.file.name)
+        return real(self, name, value)
+    monkeypatch.setattr(TarWriter, "add", full_after_a_while)
     assert main(args) == 3
     err = capsys.readouterr().err
     line = err.strip().splitlines()[-1]  # after the progress bar
@@ -181,7 +182,7 @@ def test_disk_full_mid_run_is_a_fault_and_the_set_resumes(tmp_path, capsys, monk
     assert "no space left on device writing" in line and "free space or choose another output folder" in line
     done = len(read_manifest(tmp_path / "o")["shards"])
     assert done >= 1 and not (tmp_path / "o" / "run.lock").exists()  # released after a fault too
-    monkeypatch.setattr(tarfile.TarFile, "addfile", real)
+    monkeypatch.setattr(TarWriter, "add", real)
     assert main(args) == 0  # resumes after the complete shards
     assert json.loads(capsys.readouterr().out)["verified"]["samples"] == 6
 
@@ -516,16 +517,16 @@ def test_stitch_stopped_by_a_fault_then_rerun_with_an_edited_bank_is_refused(tmp
     bank, out = make_bank(tmp_path / "bank"), tmp_path / "o"
     args = ["stitch", "--bank", str(bank), "--out", str(out), "--n", "6", "--canvas", "32",
             "--max-count", "2", "--quiet"]
-    real, calls = tarfile.TarFile.addfile, []
+    real, calls = TarWriter.add, []  # every shard member is written by TarWriter.add
 
-    def fail_after_a_while(self, info, fileobj=None):
-        calls.append(info.name)
+    def fail_after_a_while(self, name, value):
+        calls.append(name)
         if len(calls) > 20:
-            raise OSError(errno.EIO, "Input/output error", self.name)
-        return real(self, info, fileobj)
-    monkeypatch.setattr(tarfile.TarFile, "addfile", fail_after_a_while)
+            raise OSError(errno.EIO, "Input/output error", self.file.name)
+        return real(self, name, value)
+    monkeypatch.setattr(TarWriter, "add", fail_after_a_while)
     assert main(args) == 3
-    monkeypatch.setattr(tarfile.TarFile, "addfile", real)
+    monkeypatch.setattr(TarWriter, "add", real)
     capsys.readouterr()
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert len(read_manifest(out)["shards"]) >= 1

@@ -1,6 +1,8 @@
 """`datagen shuffle` (compclip.shardset.shuffle) at scale: the output is byte for byte what the
 tarfile-based pass 1 wrote, the Python-level peak memory stays flat when the set grows 4x (with
-the bucket size kept the same), and a text-only set (what `negatives generate` writes) shuffles."""
+the bucket size kept the same), a text-only set (what `negatives generate` writes) shuffles, and
+the command makes no `tarfile` header object per member and reads back the output's headers, not
+its payloads."""
 import io
 import json
 import subprocess
@@ -8,12 +10,14 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from compclip.datagen.__main__ import main
 from compclip.shardset import shuffle as shuffle_mod
 from compclip.shardset.order import rng
-from compclip.shardset.schema import ShardSample
+from compclip.shardset.schema import Negative, SchemaError, ShardSample
 from compclip.shardset.shards import ShardSetWriter, iter_raw_samples, read_manifest, shard_urls
-from compclip.shardset.shuffle import shuffle_shard_set
+from compclip.shardset.shuffle import check_output, shuffle_shard_set
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_JPEG = b"\xff\xd8\xff\xe0 not decoded by the shard writer"
@@ -64,7 +68,7 @@ def test_output_is_byte_identical_to_the_tarfile_pass_1(tmp_path, monkeypatch):
 
 PEAK = """
 import sys, tracemalloc
-from compclip.shardset.shuffle import shuffle_shard_set
+from compclip.shardset.shuffle import check_output, shuffle_shard_set
 tracemalloc.start()
 shuffle_shard_set(sys.argv[1], sys.argv[2], seed=0, buckets=int(sys.argv[3]), progress=False)
 print(tracemalloc.get_traced_memory()[1])
@@ -95,3 +99,90 @@ def test_a_text_only_set_shuffles(tmp_path, capsys):
     assert sorted(got) == [f"s{i:06d}" for i in range(120)] and got != sorted(got)
     assert all(set(raw) == {"__key__", "__url__", "txt", "json"}
                for url in shard_urls(out) for raw in iter_raw_samples(url))
+
+
+class CountedReads:
+    """A file whose payload reads are counted: the bytes each `read` call returns."""
+
+    def __init__(self, file, counts):
+        self._file, self._counts = file, counts
+
+    def read(self, *args):
+        data = self._file.read(*args)
+        self._counts[self._file.name] = self._counts.get(self._file.name, 0) + len(data)
+        return data
+
+    def __getattr__(self, name):
+        return getattr(self._file, name)
+
+    def __iter__(self):
+        return iter(self.read, b"")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._file.close()
+
+
+def test_the_command_copies_members_without_tarfile_and_reads_back_headers_alone(tmp_path, monkeypatch, capsys):
+    src, out = tiny_set(tmp_path / "src", 300, shard_size=100), tmp_path / "out"
+    calls = {"frombuf": 0, "tobuf": 0}
+    frombuf, tobuf = tarfile.TarInfo.frombuf.__func__, tarfile.TarInfo.tobuf
+
+    def counted_frombuf(cls, *args, **kwargs):
+        calls["frombuf"] += 1
+        return frombuf(cls, *args, **kwargs)
+
+    def counted_tobuf(self, *args, **kwargs):
+        calls["tobuf"] += 1
+        return tobuf(self, *args, **kwargs)
+
+    reads: dict[str, int] = {}
+    real_open = open
+
+    def counted_open(file, mode="r", *args, **kwargs):
+        handle = real_open(file, mode, *args, **kwargs)
+        path = Path(str(file))
+        if "r" in mode and path.parent == out and path.suffix == ".tar":  # an output shard read back
+            return CountedReads(handle, reads)
+        return handle
+
+    monkeypatch.setattr(tarfile.TarInfo, "frombuf", classmethod(counted_frombuf))
+    monkeypatch.setattr(tarfile.TarInfo, "tobuf", counted_tobuf)
+    monkeypatch.setattr("builtins.open", counted_open)
+    monkeypatch.setattr(tarfile, "bltn_open", counted_open)
+    assert main(["shuffle", "--src", str(src), "--out", str(out), "--buckets", "3", "--max-count", "120",
+                 "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out)["verified"] == {"samples": 300, "shards": 3}
+    assert calls == {"frombuf": 0, "tobuf": 0}  # headers checked and made without tarfile's objects
+    read_back = dict(reads)
+    monkeypatch.undo()
+    shards = sorted(out.glob("shard-*.tar"))
+    members = {path: sum(1 for _ in tarfile.open(path)) for path in shards}
+    # the final check read each header (and the zero block that ends the shard), no payload
+    assert read_back == {str(path): 512 * (members[path] + 1) for path in shards}
+
+
+def test_pass_2_counts_negatives_and_coco_ids_of_the_samples_it_copies(tmp_path):
+    src = tmp_path / "src"
+    with ShardSetWriter(src, max_count=40, features={"negatives": True}) as writer:
+        for i in range(100):
+            negatives = [Negative(f"not caption {i} {j}", "swap", "obj") for j in range(i % 3)]
+            writer.add(ShardSample(f"s{i:06d}", f"caption {i}", TINY_JPEG, negatives=negatives,
+                                   meta={"source": "fixture", "image_id": i, "coco_id": 1000 + i // 2}))
+    out = shuffle_shard_set(src, tmp_path / "out", seed=1, buckets=3, max_count=30, progress=False)
+    counted = {k: v for k, v in out["negatives_per_sample"].items() if k != "shards_counted"}
+    assert counted == {k: v for k, v in read_manifest(src)["negatives_per_sample"].items() if k != "shards_counted"}
+    assert counted["histogram"] == {"0": 34, "1": 33, "2": 33}
+    assert (tmp_path / "out" / "image_ids.txt").read_text() == (src / "image_ids.txt").read_text()
+    assert len((src / "image_ids.txt").read_text().split()) == 50
+
+
+def test_the_final_check_names_a_shard_whose_size_differs_from_the_manifest(tmp_path):
+    shuffle_shard_set(tiny_set(tmp_path / "src", 50), tmp_path / "out", buckets=2, max_count=20, progress=False)
+    assert check_output(tmp_path / "out") == {"samples": 50, "shards": 3}
+    shard = tmp_path / "out" / "shard-000001.tar"
+    shard.write_bytes(shard.read_bytes()[:-512])
+    with pytest.raises(SchemaError, match=r"shard-000001.tar: \d+ bytes, the manifest says \d+"):
+        check_output(tmp_path / "out")

@@ -37,7 +37,6 @@ the byte range of any of its members, so a reader can fetch a neighbour's image 
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import tarfile
@@ -50,6 +49,7 @@ from compclip.shardset.fingerprint import changed, fingerprint, sha256_file
 from compclip.shardset.manifest import MANIFEST, read_manifest
 from compclip.shardset.order import ORDER_KEY, check_order
 from compclip.shardset.schema import SCHEMA_VERSION, SchemaError, ShardSample
+from compclip.shardset.tarblocks import TarWriter, iter_members
 from compclip.fileio import atomic_write
 from compclip.errors import CompclipError
 
@@ -220,7 +220,7 @@ class ShardSetWriter:
         self._earlier = [s["name"] for s in self.manifest["shards"]]  # complete before: read on close
         self._was_complete = bool(self.manifest.get("complete"))
         self.counts: Counter[str] = Counter()  # the caller's counts for the shard being written
-        self._tar: Optional[tarfile.TarFile] = None
+        self._tar: Optional[TarWriter] = None
         self._new_shard()
 
     @property
@@ -242,9 +242,9 @@ class ShardSetWriter:
         self._negatives: Counter[int] = Counter()  # samples by their number of negatives
         self.counts.clear()
 
-    def _open_tar(self) -> tarfile.TarFile:
+    def _open_tar(self) -> TarWriter:
         if self._tar is None:
-            self._tar = tarfile.open(self._tmp, "w", format=tarfile.USTAR_FORMAT)
+            self._tar = TarWriter(self._tmp)
         return self._tar
 
     def _drop_tar(self) -> None:
@@ -261,17 +261,25 @@ class ShardSetWriter:
         self._note_coco_id(sample.meta)
 
     def add_raw(self, raw: dict[str, Any], inputs: int = 1,
-                extra: Optional[dict[str, bytes]] = None) -> None:
+                extra: Optional[dict[str, bytes]] = None, checked: bool = False) -> None:
         """Copy a raw sample (`iter_raw_samples`) member for member, bytes untouched, with
-        `extra` members added or replaced (e.g. `nn.json`); checked against the schema first.
-        Used to rewrite a shard set without re-encoding its images."""
+        `extra` members added or replaced (e.g. `nn.json`); checked against the schema first,
+        unless the caller has already done so (`checked`: only the `json` and `neg.json` members
+        are decoded, for the manifest's counts). Used to rewrite a shard set without re-encoding
+        its images."""
         members = {k: v for k, v in raw.items() if not k.startswith("__")}
         members.update(extra or {})
         key = raw["__key__"]
-        where = {k: raw[k] for k in ("__key__", "__url__") if k in raw}  # an error names both
-        sample = ShardSample.from_wds({**where, **members}, require_image=False)
-        self._write(key, members, inputs, len(sample.negatives))
-        self._note_coco_id(sample.meta)
+        if checked:
+            meta = json.loads(members["json"]) if "json" in members else {}
+            negatives = len(json.loads(members["neg.json"])) \
+                if self._count_negatives and "neg.json" in members else 0
+        else:
+            where = {k: raw[k] for k in ("__key__", "__url__") if k in raw}  # an error names both
+            sample = ShardSample.from_wds({**where, **members}, require_image=False)
+            meta, negatives = sample.meta, len(sample.negatives)
+        self._write(key, members, inputs, negatives)
+        self._note_coco_id(meta)
 
     def _note_coco_id(self, meta: Optional[dict[str, Any]]) -> None:
         """Remember a written sample's COCO ids for `image_ids.txt` (see `close`)."""
@@ -280,12 +288,9 @@ class ShardSetWriter:
     def _write(self, key: str, members: dict[str, bytes], inputs: int, negatives: int = 0) -> None:
         if self._count_negatives:
             self._negatives[negatives] += 1
+        tar = self._open_tar()
         for member, value in members.items():
-            info = tarfile.TarInfo(f"{key}.{member}")
-            info.size, info.mtime, info.mode = len(value), 0, 0o444  # mtime 0: reproducible bytes
-            tar = self._open_tar()
-            tar.addfile(info, io.BytesIO(value))
-            tar.members.clear()  # write-only: keep no record per member, memory stays flat
+            tar.add(f"{key}.{member}", value)  # nothing kept per member: memory stays flat
             self._bytes += len(value) + 512
         self._count += 1
         self._inputs += inputs
@@ -302,12 +307,11 @@ class ShardSetWriter:
         if self._count == 0 and self._inputs == 0:  # nothing written to it
             self._drop_tar()
             return
-        self._tar.close()
+        size, sha256 = self._tar.close()  # hashed as written: not read back
         self._tar = None
-        final = self.directory / self._name
-        os.replace(self._tmp, final)
+        os.replace(self._tmp, self.directory / self._name)
         entry = {"name": self._name, "samples": self._count, "inputs": self._inputs,
-                 "bytes": final.stat().st_size, "sha256": sha256_file(final), "skipped": dict(self._skipped)}
+                 "bytes": size, "sha256": sha256, "skipped": dict(self._skipped)}
         if self._count_negatives:
             entry["negatives_per_sample"] = {str(n): c for n, c in sorted(self._negatives.items())}
         if self.counts:
@@ -393,20 +397,27 @@ def coco_ids_of(meta: Optional[dict[str, Any]]) -> list[int]:
     return [int(i) for i in ids + list(meta.get("coco_ids") or [])]
 
 
+def member_key(name: str) -> tuple[str, str]:
+    """The sample key and member of a tar member `name` (`[folder/]KEY.MEMBER`), as
+    `Path(name).name.partition(".")` splits it (without building a Path)."""
+    base = name.rpartition("/")[2]
+    key, _, ext = (base if base not in ("", ".") else Path(name).name).partition(".")
+    return key, ext
+
+
 def iter_raw_samples(shard: str | Path) -> Iterator[dict[str, Any]]:
-    """Group a tar shard's members into raw webdataset-style samples (bytes values)."""
+    """Group a tar shard's members into raw webdataset-style samples (bytes values), read as
+    `tarfile` reads them (`compclip.shardset.tarblocks.iter_members`)."""
     current: dict[str, Any] = {}
-    with tarfile.open(shard, "r") as tar:
-        for member in tar:
-            if not member.isfile():
-                continue
-            key, _, ext = Path(member.name).name.partition(".")
-            if current and current["__key__"] != key:
-                yield current
-                current = {}
-            current.setdefault("__key__", key)
-            current["__url__"] = str(shard)
-            current[ext] = tar.extractfile(member).read()
+    url = str(shard)
+    for name, value in iter_members(shard):
+        key, ext = member_key(name)
+        if current and current["__key__"] != key:
+            yield current
+            current = {}
+        if not current:
+            current = {"__key__": key, "__url__": url}
+        current[ext] = value
     if current:
         yield current
 
@@ -449,14 +460,18 @@ def update_manifest(directory: str | Path, **keys: Any) -> dict[str, Any]:
     return manifest
 
 
-def listed_shard(directory: str | Path, entry: dict) -> Path:
-    """The file of a manifest's shard `entry`, checked to exist with the manifest's sha256
-    (SchemaError naming the file otherwise)."""
+def listed_shard(directory: str | Path, entry: dict, sha256: bool = True) -> Path:
+    """The file of a manifest's shard `entry`, checked to exist with the manifest's sha256, or
+    with its size in bytes alone (`sha256=False`: nothing read); SchemaError naming the file
+    otherwise."""
     path = Path(directory) / entry["name"]
     if not path.is_file():
         raise SchemaError(f"{path}: listed in the manifest but missing")
-    if sha256_file(path) != entry["sha256"]:
+    if sha256 and sha256_file(path) != entry["sha256"]:
         raise SchemaError(f"{path}: sha256 differs from the manifest (corrupt or rewritten)")
+    if not sha256 and path.stat().st_size != entry["bytes"]:
+        raise SchemaError(f"{path}: {path.stat().st_size} bytes, the manifest says {entry['bytes']} "
+                          "(corrupt or rewritten)")
     return path
 
 

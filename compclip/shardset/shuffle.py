@@ -6,13 +6,16 @@
 For a set too large to hold in memory. Pass 1 reads every sample of SRC once, in order, and
 appends its raw members (bytes untouched) to one of N temporary bucket tar files under the work
 folder (default `OUT/.shuffle`), chosen by a seeded random draw per sample; the buckets are
-written header by header, keeping nothing per member, so memory does not grow with the set
-(`tests/test_shuffle_scale.py`). Samples need no image (text-only sets shuffle). Pass 2 loads one
-bucket at a time, shuffles its samples with a generator seeded by (seed, bucket), and writes them
-through `ShardSetWriter`. Uniform bucket choice followed by a uniform shuffle of each bucket gives
-a uniformly random permutation of the whole set, reproducible from the seed and N; memory holds
-one bucket (about total bytes / N; the default N aims at `BUCKET_BYTES` per bucket), disk holds
-one extra copy of SRC while it runs (the buckets are deleted at the end).
+written member by member (`compclip.shardset.tarblocks`), keeping nothing per member, so memory
+does not grow with the set (`tests/test_shuffle_scale.py`). Samples need no image (text-only sets
+shuffle). Pass 2 loads one bucket at a time, shuffles its samples with a generator seeded by
+(seed, bucket), and writes them through `ShardSetWriter` without checking them again. On a set
+`ShardSetWriter` wrote, neither pass nor the final check makes a `tarfile` object per member:
+headers are read and written as bytes (`tests/test_shuffle_scale.py`). Uniform bucket choice
+followed by a uniform shuffle of each bucket gives a uniformly random permutation of the whole
+set, reproducible from the seed and N; memory holds one bucket (about total bytes / N; the
+default N aims at `BUCKET_BYTES` per bucket), disk holds one extra copy of SRC while it runs (the
+buckets are deleted at the end).
 
 Pass 1 checks every sample against the shard schema, so a bad one (e.g. a caption that is not
 UTF-8) stops the run with one line naming the sample and its shard in SRC. Resumable: a
@@ -22,24 +25,25 @@ same order are skipped). A resume with another seed or N is refused in one line.
 The output manifest records `"order": {"shuffled": true, "seed": S, "method": "buckets",
 "buckets": N, "source": SRC}`, SRC's `features` and record of excluded benchmark images, and
 `shuffle` (samples, largest bucket); `image_ids.txt` is written anew. `check_output` is the
-command's final check: each output shard's sha256 and sample count, read from tar headers.
+command's final check: each output shard's size and sample count against the manifest, from its
+tar headers alone (payloads are skipped, not read; the manifest's sha256 is of the bytes as the
+writer wrote them).
 """
 from __future__ import annotations
 
 import json
 import math
 import shutil
-import tarfile
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from compclip.shardset.order import rng, shuffled_order
 from compclip.shardset.schema import SchemaError, ShardSample
-from compclip.shardset.shards import (CARRIED_KEYS, ShardSetWriter, iter_raw_samples, listed_shard, read_manifest,
-                            shard_urls)
+from compclip.shardset.shards import (CARRIED_KEYS, ShardSetWriter, iter_raw_samples, listed_shard,
+                                      member_key, read_manifest, shard_urls)
+from compclip.shardset.tarblocks import TarWriter, iter_members
 from compclip.fileio import atomic_write
 
-BLOCK, NUL = 512, b"\0"
 BUCKET_BYTES = 256 << 20
 BUCKETS_FILE = "buckets.json"
 
@@ -64,7 +68,7 @@ def scatter(src: str | Path, work: Path, seed: int, buckets: int, progress: bool
             return info["counts"]
     work.mkdir(parents=True, exist_ok=True)
     draw = rng(seed, "shuffle-buckets")
-    files = [_BucketFile(_bucket_path(work, b)) for b in range(buckets)]
+    files = [TarWriter(_bucket_path(work, b), hashed=False) for b in range(buckets)]
     counts = [0] * buckets
     total = sum(s["samples"] for s in manifest["shards"])
     bar = _bar(progress, total, "shuffle pass 1")
@@ -120,13 +124,13 @@ def shuffle_shard_set(src: str | Path, out: str | Path, seed: int = 0,
             if position + count <= skip:  # a bucket wholly in complete shards: not even read
                 position += count
                 continue
-            samples = list(_iter_bucket(_bucket_path(work, b)))
+            samples = list(iter_raw_samples(_bucket_path(work, b)))
             if len(samples) != count:
                 raise ValueError(f"{_bucket_path(work, b)}: {len(samples)} samples, expected "
                                  f"{count}; delete {work} and rerun")
             for i in rng(seed, f"shuffle-bucket-{b}").permutation(count):
                 if position >= skip:
-                    writer.add_raw(samples[int(i)])
+                    writer.add_raw(samples[int(i)], checked=True)  # checked in pass 1
                     if bar is not None:
                         bar.update(1)
                 position += 1
@@ -142,75 +146,17 @@ def shuffle_shard_set(src: str | Path, out: str | Path, seed: int = 0,
     return manifest
 
 
-class _BucketFile:
-    """A tar file written member by member with nothing kept per member (`tarfile.TarFile` keeps
-    a `TarInfo` of each one written, which grows with the set): a USTAR header, the payload padded
-    to 512 bytes, and the two zero blocks that end a tar on close."""
-
-    def __init__(self, path: Path):
-        self.file = open(path, "wb")
-
-    def add(self, name: str, value: bytes) -> None:
-        info = tarfile.TarInfo(name)
-        info.size, info.mtime = len(value), 0
-        self.file.write(info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "surrogateescape"))
-        self.file.write(value)
-        self.file.write(NUL * (-len(value) % BLOCK))
-
-    def close(self) -> None:
-        if not self.file.closed:
-            self.file.write(NUL * (2 * BLOCK))
-            self.file.close()
-
-
-def iter_headers(path: str | Path, payloads: bool = True) -> Iterator[tuple[str, Optional[bytes]]]:
-    """(name, payload) of each regular file member of a tar, read header by header without
-    `tarfile`'s member list; with `payloads=False` the payloads are skipped (None)."""
-    with open(path, "rb") as f:
-        while True:
-            header = f.read(BLOCK)
-            if len(header) < BLOCK or header == NUL * BLOCK:
-                return
-            try:
-                info = tarfile.TarInfo.frombuf(header, "utf-8", "surrogateescape")
-            except tarfile.TarError as err:
-                raise ValueError(f"{path}: unreadable tar header ({err})") from None
-            padded = info.size + (-info.size % BLOCK)
-            if payloads:
-                value = f.read(padded)[:info.size]
-            else:
-                f.seek(padded, 1)
-                value = None
-            if info.isfile():
-                yield info.name, value
-
-
-def _iter_bucket(path: Path) -> Iterator[dict[str, Any]]:
-    """The raw samples of a bucket file, grouped as `iter_raw_samples` groups them."""
-    current: dict[str, Any] = {}
-    for name, value in iter_headers(path):
-        key, _, ext = Path(name).name.partition(".")
-        if current and current["__key__"] != key:
-            yield current
-            current = {}
-        current.setdefault("__key__", key)
-        current["__url__"] = str(path)
-        current[ext] = value
-    if current:
-        yield current
-
-
 def check_output(directory: str | Path) -> dict[str, int]:
-    """The final check of a shuffled set, from tar headers: each shard's sha256 and sample count
-    against the manifest (the samples were checked against the schema in pass 1 and again when
-    written). Raises SchemaError naming the shard; returns `{"samples", "shards"}`."""
+    """The final check of a shuffled set, from tar headers alone: each shard's size and sample
+    count against the manifest (the samples were checked against the schema in pass 1). Raises
+    SchemaError naming the shard; returns `{"samples", "shards"}`."""
     manifest = read_manifest(directory)
     totals = {"samples": 0, "shards": 0}
     for entry in manifest["shards"]:
-        path = listed_shard(directory, entry)
+        path = listed_shard(directory, entry, sha256=False)
         count, last = 0, None
-        for name, _ in iter_headers(path, payloads=False):
-            key = Path(name).name.partition(".")[0]
+        for name, _ in iter_members(path, payloads=False):
+            key = member_key(name)[0]
             count += key != last
             last = key
         if count != entry["samples"]:
