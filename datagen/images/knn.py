@@ -17,8 +17,8 @@ write them into a copy of the set as `nn.json`.
    `IVF{4*sqrt(N)},SQfp16` (vectors kept as float16, as the embeddings are stored by default)
    probed with `nprobe` lists. Unless `nprobe` is given it is tuned: the smallest of 8, 16,
    32, ... whose recall@k on one sample of queries reaches `TARGET_RECALL` (`tune_nprobe`).
-   Recall against exact search is then measured on another sample of queries and reported. Vectors are added to the index in chunks read
-   from the memmap.
+   Recall against exact search is then measured on another sample of queries and reported.
+   Vectors are added to the index in chunks read from the memmap.
    Excluded from an image's neighbours: itself, images with identical bytes (same hash), and
    near-duplicates with similarity >= `dup_threshold` (default 0.999: a re-encoded or resized
    copy of the same picture; float16 storage moves cosines by ~1e-3 at most). If exclusions
@@ -256,7 +256,7 @@ def set_nprobe(index: faiss.Index, factory: str, nprobe: int) -> None:
 
 
 def _nprobe_limit(index: faiss.Index, factory: str) -> int:
-    """The largest nprobe worth trying: every list (IVF), efSearch 4096 (HNSW), else none."""
+    """The largest nprobe worth trying: every list (IVF), efSearch 4096 (HNSW), else the first."""
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is not None:
         return ivf.nlist
