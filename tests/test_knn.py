@@ -11,8 +11,11 @@ import faiss
 
 from compclip.compat import blas
 from compclip.datagen.images import knn_selfjoin
-from compclip.datagen.images.knn import (BlasFlatIP, Embeddings, brute_force, embed_shard_set, find_neighbours,
-                                load_embeddings, measure_recall, run_knn, write_neighbours)
+from bench.clip_like import clip_like_embeddings
+from compclip.datagen.images.knn import (FIRST_NPROBE, TARGET_RECALL, BlasFlatIP, Embeddings, brute_force,
+                                build_index, default_factory, embed_shard_set, find_neighbours,
+                                load_embeddings, measure_recall, run_knn, tune_nprobe,
+                                write_neighbours)
 from compclip.datagen.images.knn_images import image_hash
 from compclip.datagen.images.knn_selfjoin import self_join_topk, ties_by_id
 from compclip.shardset.schema import ShardSample
@@ -225,6 +228,30 @@ def test_approximate_index_recall_is_measured_and_high_on_clustered_data():
     assert low["recall"] < stats["recall"]  # nprobe matters: the measurement is real
     rows = np.arange(4000)  # the exact side streams chunks: tiny chunks give the same answer
     assert measure_recall(emb, rows, ids, 3, 0.999, 300, chunk=97) == stats["recall"]
+
+
+def test_default_approximate_settings_reach_the_recall_target_on_hard_and_clip_like_data():
+    # Uniform random vectors: neighbours barely closer than random, the hardest case for IVF
+    # (16 probes of 4*sqrt(N) lists, the defaults before, give recall@3 0.67 on this set).
+    hard = unit(np.random.default_rng(4), 10_000, 32)
+    _, _, slow = find_neighbours(table(hard), k=3, method="approx", recall_sample=300)
+    assert slow["recall"] >= 0.95
+    assert slow["nprobe_tuning"]["recall"][str(slow["nprobe"])] >= TARGET_RECALL
+    # CLIP-like embeddings: the same target with fewer probes, the nprobe tried first.
+    clip = clip_like_embeddings(10_000)
+    _, _, fast = find_neighbours(table(clip), k=3, method="approx", recall_sample=300)
+    assert fast["recall"] >= 0.95 and fast["nprobe"] == FIRST_NPROBE < slow["nprobe"]
+    assert fast["factory"] == default_factory(10_000)
+
+
+def test_tuned_nprobe_stops_at_every_list():
+    # Recall cannot reach a target above 1: the search stops at all lists probed, i.e. exact.
+    vecs = unit(np.random.default_rng(5), 2000, 16)
+    index = build_index(vecs, np.arange(2000), "approx", "IVF20,Flat", None)
+    nprobe, tuning = tune_nprobe(index, "IVF20,Flat", table(vecs), np.arange(2000), 3, 0.999,
+                                 sample=200, target=1.01)
+    assert nprobe == 20 and list(tuning["recall"]) == ["8", "16", "20"]
+    assert tuning["recall"]["20"] == 1.0
 
 
 def jpeg(rgb, size=24):

@@ -136,8 +136,10 @@ def add_parsers(sub) -> None:
                    help="auto: exact up to 300k images, else approx; flat: faiss IndexFlatIP "
                         "(same answers as exact, slower here)")
     p.add_argument("--factory", default=None,
-                   help="faiss index factory for approx (if not given: IVF<4sqrtN>,Flat)")
-    p.add_argument("--nprobe", type=positive_int, default=16, help="IVF lists searched per query (approx)")
+                   help="faiss index factory for approx (if not given: IVF<4sqrtN>,SQfp16)")
+    p.add_argument("--nprobe", type=positive_int, default=None,
+                   help="IVF lists searched per query (approx; if not given: the smallest of 8, 16, "
+                        "32, ... whose recall@K on 1,000 sample queries reaches 0.97)")
     p.add_argument("--dup-threshold", type=float, default=0.999,
                    help="cosine at or above which two images count as duplicates")
     p.add_argument("--dtype", default="float16", choices=["float16", "float32"], help="embeddings stored as")

@@ -14,9 +14,11 @@ write them into a copy of the set as `nn.json`.
    all rows, top k in faiss' heaps; same answers as `faiss.IndexFlatIP`, `method="flat"`, up to
    the order of exact ties, but faster here); `method="approx"` is any
    faiss index factory string, default
-   `IVF{4*sqrt(N)},Flat` probed with `nprobe` lists, whose recall against exact search is
-   measured on a sample of queries and reported. Vectors are added to the index in chunks read
-   from the memmap.
+   `IVF{4*sqrt(N)},SQfp16` (vectors kept as float16, as the embeddings are stored by default)
+   probed with `nprobe` lists. Unless `nprobe` is given it is tuned: the smallest of 8, 16,
+   32, ... whose recall@k on one sample of queries reaches `TARGET_RECALL` (`tune_nprobe`).
+   Recall against exact search is then measured on another sample of queries and reported.
+   Vectors are added to the index in chunks read from the memmap.
    Excluded from an image's neighbours: itself, images with identical bytes (same hash), and
    near-duplicates with similarity >= `dup_threshold` (default 0.999: a re-encoded or resized
    copy of the same picture; float16 storage moves cosines by ~1e-3 at most). If exclusions
@@ -54,6 +56,8 @@ log = logging.getLogger(__name__)
 EXACT_LIMIT = 300_000
 DUP_THRESHOLD = 0.999
 EXTRA = 4  # candidates searched beyond k + 1 (itself), for exclusions
+TARGET_RECALL = 0.97  # recall@k the tuned nprobe reaches on its sample of queries
+FIRST_NPROBE = 8
 
 
 @dataclass
@@ -206,9 +210,10 @@ class BlasFlatIP:
 
 
 def build_index(vectors: np.ndarray, rows: np.ndarray, method: str = "exact",
-                factory: Optional[str] = None, nprobe: int = 16, chunk: int = 65_536,
+                factory: Optional[str] = None, nprobe: Optional[int] = 16, chunk: int = 65_536,
                 train_size: int = 1_000_000, seed: int = 0) -> faiss.Index:
-    """Inner-product index over `vectors[rows]`, added chunk by chunk; ids are positions in rows."""
+    """Inner-product index over `vectors[rows]`, added chunk by chunk; ids are positions in rows.
+    `nprobe` None: left to the caller (`tune_nprobe`)."""
     d = vectors.shape[1]
     if method == "exact":
         index = BlasFlatIP(d, len(rows))
@@ -225,7 +230,8 @@ def build_index(vectors: np.ndarray, rows: np.ndarray, method: str = "exact",
             pick = np.sort(np.random.default_rng(seed).choice(len(rows), min(len(rows), train_size),
                                                               replace=False))
             index.train(np.ascontiguousarray(vectors[rows[pick]], np.float32))
-        faiss.ParameterSpace().set_index_parameters(index, _params(factory, nprobe))
+        if nprobe is not None:
+            set_nprobe(index, factory, nprobe)
     else:
         raise ValueError(f"unknown kNN method '{method}' (exact, flat or approx)")
     for start, stop in _chunks(len(rows), chunk):
@@ -234,14 +240,46 @@ def build_index(vectors: np.ndarray, rows: np.ndarray, method: str = "exact",
 
 
 def default_factory(n: int) -> str:
-    """IVF with 4*sqrt(n) lists (faiss' guideline), exact distances within probed lists."""
-    return f"IVF{max(1, int(4 * math.sqrt(n)))},Flat"
+    """IVF with 4*sqrt(n) lists (faiss' guideline), distances within probed lists from float16
+    copies of the vectors."""
+    return f"IVF{max(1, int(4 * math.sqrt(n)))},SQfp16"
 
 
 def _params(factory: str, nprobe: int) -> str:
     if "HNSW" in factory and "IVF" not in factory:
         return f"efSearch={max(64, 4 * nprobe)}"
     return f"nprobe={nprobe}"
+
+
+def set_nprobe(index: faiss.Index, factory: str, nprobe: int) -> None:
+    faiss.ParameterSpace().set_index_parameters(index, _params(factory, nprobe))
+
+
+def _nprobe_limit(index: faiss.Index, factory: str) -> int:
+    """The largest nprobe worth trying: every list (IVF), efSearch 4096 (HNSW), else the first."""
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is not None:
+        return ivf.nlist
+    return 1024 if "HNSW" in factory else FIRST_NPROBE
+
+
+def tune_nprobe(index: faiss.Index, factory: str, emb: Embeddings, rows: np.ndarray, k: int,
+                dup_threshold: float, sample: int = 1000, seed: int = 1,
+                target: float = TARGET_RECALL) -> tuple[int, dict]:
+    """The smallest nprobe of 8, 16, 32, ... (up to the number of lists) whose recall@k against
+    exact search on `sample` random queries reaches `target`; sets it on the index. Returns it
+    and {"target_recall", "recall": {nprobe: recall@k of each value tried}}."""
+    pick = _sample(rows, sample, seed)
+    truth = exact_neighbours(emb, rows, pick, k, dup_threshold)
+    limit, nprobe, tried = _nprobe_limit(index, factory), FIRST_NPROBE, {}
+    while True:
+        nprobe = min(nprobe, limit)
+        set_nprobe(index, factory, nprobe)
+        found, _ = search(index, emb.vectors, rows, pick, k, emb.hashes, dup_threshold)
+        tried[str(nprobe)] = _recall(truth, np.where(found >= 0, rows[np.maximum(found, 0)], -1))
+        if tried[str(nprobe)] >= target or nprobe >= limit:
+            return nprobe, {"target_recall": target, "recall": tried}
+        nprobe *= 2
 
 
 def _keep(query_ids, ids, scores, hashes, dup_threshold):
@@ -283,18 +321,26 @@ def search(index: faiss.Index, vectors: np.ndarray, rows: np.ndarray, query_pos:
 
 def find_neighbours(emb: Embeddings, k: int = 3, method: str = "auto",
                     dup_threshold: float = DUP_THRESHOLD, query_chunk: int = 4096,
-                    factory: Optional[str] = None, nprobe: int = 16, recall_sample: int = 1000,
-                    seed: int = 0) -> tuple[np.ndarray, np.ndarray, dict]:
+                    factory: Optional[str] = None, nprobe: Optional[int] = None,
+                    recall_sample: int = 1000, seed: int = 0) -> tuple[np.ndarray, np.ndarray, dict]:
     """K nearest acceptable neighbours of every valid row: (row ids [N, k], scores, stats).
 
-    Invalid rows get -1. stats holds the method, timings and (approx) measured recall@k against
-    exact search on `recall_sample` random queries.
+    Invalid rows get -1. stats holds the method, timings and (approx) the nprobe used (tuned by
+    `tune_nprobe` on `recall_sample` queries when None) and the recall@k measured against exact
+    search on another `recall_sample` random queries.
     """
     rows = np.flatnonzero(emb.valid)
     if method == "auto":
         method = "exact" if len(rows) <= EXACT_LIMIT else "approx"
+    if method == "approx":
+        factory = factory or default_factory(len(rows))
     t0 = time.perf_counter()
     index = build_index(emb.vectors, rows, method, factory, nprobe, seed=seed)
+    build_s = time.perf_counter() - t0
+    tuning = None
+    if method == "approx" and nprobe is None:
+        nprobe, tuning = tune_nprobe(index, factory, emb, rows, k, dup_threshold, recall_sample, seed + 1)
+        tuning["seconds"] = round(time.perf_counter() - t0 - build_s, 3)
     t1 = time.perf_counter()
     ids = np.full((len(emb.keys), k), -1, np.int64)
     scores = np.zeros((len(emb.keys), k), np.float32)
@@ -306,22 +352,39 @@ def find_neighbours(emb: Embeddings, k: int = 3, method: str = "auto",
         ids[rows[pos]] = np.where(found >= 0, rows[np.maximum(found, 0)], -1)
         scores[rows[pos]] = sc
     stats = {"method": method, "k": k, "images": len(rows), "dup_threshold": dup_threshold,
-             "build_s": round(t1 - t0, 3), "search_s": round(time.perf_counter() - t1, 3)}
+             "build_s": round(build_s, 3), "search_s": round(time.perf_counter() - t1, 3)}
     if method == "approx":
-        stats.update(factory=factory or default_factory(len(rows)), nprobe=nprobe)
+        stats.update(factory=factory, nprobe=nprobe)
+        if tuning is not None:
+            stats["nprobe_tuning"] = tuning
         stats["recall"] = measure_recall(emb, rows, ids, k, dup_threshold, recall_sample, seed)
     return ids, scores, stats
+
+
+def _sample(rows: np.ndarray, sample: int, seed: int) -> np.ndarray:
+    return np.sort(np.random.default_rng(seed).choice(len(rows), min(sample, len(rows)), replace=False))
+
+
+def _recall(truth: np.ndarray, found: np.ndarray) -> float:
+    hits = [len(set(t[t >= 0]) & set(a[a >= 0])) / max(1, (t >= 0).sum()) for t, a in zip(truth, found)]
+    return round(float(np.mean(hits)), 4)
 
 
 def measure_recall(emb: Embeddings, rows: np.ndarray, ids: np.ndarray, k: int,
                    dup_threshold: float, sample: int = 1000, seed: int = 0,
                    chunk: int = 65_536) -> float:
-    """recall@k of `ids` against exact search, averaged over `sample` random valid queries.
+    """recall@k of `ids` against exact search, averaged over `sample` random valid queries."""
+    pick = _sample(rows, sample, seed)
+    return _recall(exact_neighbours(emb, rows, pick, k, dup_threshold, chunk), ids[rows[pick]])
 
-    The exact answer streams the vectors in chunks (exact search per chunk, merged), so checking
-    an approximate index over a set larger than memory needs no second full index.
+
+def exact_neighbours(emb: Embeddings, rows: np.ndarray, pick: np.ndarray, k: int,
+                     dup_threshold: float, chunk: int = 65_536) -> np.ndarray:
+    """Exact top-k acceptable neighbours (row ids, -1 pads) of `rows[pick]` among `rows`.
+
+    Streams the vectors in chunks (exact search per chunk, merged), so checking an approximate
+    index over a set larger than memory needs no second full index.
     """
-    pick = np.sort(np.random.default_rng(seed).choice(len(rows), min(sample, len(rows)), replace=False))
     queries = np.ascontiguousarray(emb.vectors[rows[pick]], np.float32)
     h = emb.hashes[rows]
     ks = k + 1 + 4
@@ -341,10 +404,7 @@ def measure_recall(emb: Embeddings, rows: np.ndarray, ids: np.ndarray, k: int,
         ks *= 4
     order = np.argsort(~keep, axis=1, kind="stable")[:, :k]
     truth = np.where(np.take_along_axis(keep, order, 1), np.take_along_axis(best_i, order, 1), -1)
-    truth = np.where(truth >= 0, rows[np.maximum(truth, 0)], -1)
-    hits = [len(set(t[t >= 0]) & set(a[a >= 0])) / max(1, (t >= 0).sum())
-            for t, a in zip(truth, ids[rows[pick]])]
-    return round(float(np.mean(hits)), 4)
+    return np.where(truth >= 0, rows[np.maximum(truth, 0)], -1)
 
 
 def brute_force(vectors: np.ndarray, k: int, hashes: Optional[np.ndarray] = None,
@@ -411,7 +471,7 @@ def _copy_with_neighbours(src, writer: ShardSetWriter, emb: Embeddings, ids: np.
 
 def run_knn(src: str | Path, dst: str | Path, scorer, k: int = 3, method: str = "auto",
             batch_size: int = 256, dtype: str = "float16", dup_threshold: float = DUP_THRESHOLD,
-            factory: Optional[str] = None, nprobe: int = 16, work_dir: Optional[str | Path] = None,
+            factory: Optional[str] = None, nprobe: Optional[int] = None, work_dir: Optional[str | Path] = None,
             max_count: int = 10_000, max_bytes: int = 1 << 30, workers: Optional[int] = None,
             progress: bool = False) -> dict:
     """Embed `src` (`workers` loader processes, progress on stderr), search, write `dst` with
