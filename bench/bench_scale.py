@@ -10,29 +10,28 @@ process's peak resident set size as GNU time (`/usr/bin/time -f %M`) reports it 
 the process and the children it waited for), interpreter and imports included. A stage with a command line is
 run as users run it and timed whole (start-up included); a stage without one runs the library
 function in `bench_scale.py --child` and times that call alone. Inputs are made by this script
-before each run and not timed. Stages, with their default sizes (`--quick`: the sizes / 25,
-eval and negatives / 20):
-- `shards` (25k / 100k / 400k samples): `bench.common.write_caption_shards` through
-  `ShardSetWriter`, 10,000 samples per shard, real COCO captions (SugarCrepe's, cycled), one hard
-  negative each, `--image-px` (default 64) JPEGs from `bench_images.photo_like_jpegs`;
-- `shuffle` (same sets): `python -m compclip.datagen shuffle --src SET --out OUT --quiet`;
-- `sample_index` (same sets): the trainer's `SampleIndex.load` building its index and cache, and
-  `sample_index_cached`: a second `SampleIndex.load` in a new process, reading the cache;
-- `negatives` (5k / 20k / 80k captions): `python -m compclip.datagen.negatives generate --src CSV
-  --out OUT --workers 1 --quiet` (default plausibility filter); captions: COCO captions, made
-  distinct past the 4,345 of SugarCrepe by joining one caption's head to another's tail at a
-  preposition (`coco_like_captions`), so nothing is a repeat;
-- `exact_knn` (10k / 40k / 160k vectors, d 512): `find_neighbours(method="exact", k=3)` on
-  `bench_images.clustered` embeddings stored as a float16 `.npy` memmap, as `embed_shard_set`
-  writes them; time exponent expected ~2 (a self-join), so not flagged;
-- `approx_knn` (15,625 / 62,500 / 250k vectors): `find_neighbours(method="approx", k=3)` with the
-  default index and its recall check, on `bench.clip_like.clip_like_embeddings` (float16 memmap);
-  its recall@3 is recorded per size;
-- `eval` (2.5k / 10k / 40k items): `python -m compclip.eval score --pretrained CKPT --benchmarks
-  sugarcrepe --data-root ROOT --cache-dir CACHE --quiet --no-plots` with a random `micro-vit-32`
-  checkpoint, on SugarCrepe-format files of that many items (distinct COCO-like captions and
-  negatives, 3 items per image, `--image-px` JPEGs); `eval_cached`: the same command again, with
-  the score cache the first run wrote.
+before each run and not timed. Stages, with their sizes (`--quick` sizes in brackets):
+- `shards` (25k / 100k / 400k samples [1k / 4k / 16k]): `bench.common.write_caption_shards`
+  through `ShardSetWriter`, 10,000 samples per shard, real COCO captions (SugarCrepe's, cycled),
+  one hard negative each, `--image-px` (default 64) JPEGs from `bench_images.photo_like_jpegs`;
+- `shuffle` (the same sets): `python -m compclip.datagen shuffle --src SET --out OUT --quiet`;
+- `sample_index` (the same sets): the trainer's `SampleIndex.load` building its index and cache,
+  and `sample_index_cached`: a second `SampleIndex.load` in a new process, reading the cache;
+- `negatives` (5k / 20k / 80k captions [250 / 1k / 4k]): `python -m compclip.datagen.negatives
+  generate --src CSV --out OUT --workers 1 --quiet` (default plausibility filter); captions: COCO
+  captions, made distinct past SugarCrepe's 4,345 by joining one caption's head to another's tail
+  at a preposition (`coco_like_captions`), so none repeats;
+- `exact_knn` (10k / 40k / 160k vectors of d 512 [1k / 4k / 16k]): `find_neighbours(method="exact",
+  k=3)` on `bench_images.clustered` embeddings stored as a float16 `.npy` memmap, as
+  `embed_shard_set` writes them; its time exponent is expected ~2 (a self-join) and not flagged;
+- `approx_knn` (15,625 / 62,500 / 250k vectors [1k / 4k / 16k]): `find_neighbours(method="approx",
+  k=3)` with the default index and its recall check, on `bench.clip_like.clip_like_embeddings`
+  (float16 memmap); recall@3 recorded per size;
+- `eval` (2.5k / 10k / 40k items [250 / 1k / 4k]): `python -m compclip.eval score --pretrained CKPT
+  --benchmarks sugarcrepe --data-root ROOT --cache-dir CACHE --quiet --no-plots` with a random
+  `micro-vit-32` checkpoint, on SugarCrepe-format files of that many items (distinct COCO-like
+  captions and negatives, 3 items per image, `--image-px` JPEGs); `eval_cached`: the same command
+  again, on the score cache the first run wrote.
 Per row: the fitted exponent of time and of peak memory against size (least squares of the logs
 over the sizes), the peak ratio largest / smallest size, the projection of both to 600k, 3M and
 12M by the fit, and flags: a time exponent above 1.1 (exact kNN excepted) and a peak ratio above
@@ -102,15 +101,11 @@ PREPOSITIONS = {"on", "in", "at", "with", "near", "next", "by", "under", "beside
 
 def fit_exponent(sizes: Sequence[float], values: Sequence[float]) -> tuple[float, float]:
     """(exponent, log-intercept) of the least-squares line log(value) = a log(size) + b."""
-    if len(sizes) != len(values) or len(sizes) < 2:
-        raise ValueError(f"fit_exponent needs two or more (size, value) pairs, got {len(sizes)} / {len(values)}")
-    xs, ys = [math.log(s) for s in sizes], [math.log(max(v, 1e-9)) for v in values]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx == 0:
-        raise ValueError("fit_exponent needs two or more different sizes")
-    a = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    return a, my - a * mx
+    import numpy as np
+    if len(sizes) != len(values) or len(set(sizes)) < 2:
+        raise ValueError(f"fit_exponent needs two or more different sizes, one value each: {sizes}, {values}")
+    a, b = np.polyfit(np.log(sizes), np.log(np.maximum(values, 1e-6)), 1)
+    return float(a), float(b)
 
 
 def summarize_row(stage: str, runs: list[dict]) -> dict:
@@ -273,7 +268,7 @@ def measure(argv: list[str], work: Path) -> dict:
     result = {"process_wall_s": round(wall, 3), "peak_rss_mib": round(int(peak_kib) / 1024, 1), "command": shown}
     if argv[1:3] == [str(Path(__file__).resolve()), "--child"]:
         child = json.loads(stdout.strip().splitlines()[-1])
-        result.update(child, seconds=round(child["seconds"], 3))
+        result.update(child, seconds=round(child["seconds"], 6))
     else:
         result["seconds"] = round(wall, 3)
     return result
@@ -295,7 +290,8 @@ class Runner:
     def shard_set(self, n: int) -> Path:
         """The set of `n` samples: the one `shards` wrote, else written here (untimed)."""
         path = self.work / f"set-{n}"
-        if not (path / "manifest.json").is_file() or '"complete": true' not in (path / "manifest.json").read_text():
+        manifest = path / "manifest.json"
+        if not manifest.is_file() or not json.loads(manifest.read_text()).get("complete"):
             shutil.rmtree(path, ignore_errors=True)
             write_set(path, n, self.image_px)
         return path

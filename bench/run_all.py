@@ -634,11 +634,12 @@ def section_scale(r, goals, notes) -> str:
                   yes(not flagged)])
     recall = {name: [x["recall"] for x in row["runs"]] for name, row in r["rows"].items()
               if all("recall" in x for x in row["runs"])}
-    text = (f"Each size alone in a fresh process, {r['threads']} thread(s); time: the whole command where the stage "
-            "has one, else the library call; peak: the process's peak resident memory (GNU time), interpreter "
-            "and imports included (the commands and what each time covers are listed below the table). Exponents: least-squares slope of log time / log peak against log size; peak "
-            "ratio: largest size / smallest; projections extrapolate that fit. Images "
-            f"{r['image_px']} px JPEGs; inputs: docs/bench.md, \"Scale\".\n\n")
+    text = (f"Each size alone in a fresh process, {r['threads']} thread(s). Time: the whole command where the "
+            "stage has one, else the library call (each row's command and what its time covers are listed below "
+            "the table). Peak: the process's peak resident memory (GNU time), interpreter and imports included. "
+            "Exponents: least-squares slope of log time / log peak against log size; peak ratio: largest size / "
+            f"smallest; projections extrapolate that fit. Images {r['image_px']} px JPEGs; inputs: docs/bench.md, "
+            "\"Scale\".\n\n")
     text += markdown_table(["stage", "sizes", "time s", "peak MiB", "time exp.", "memory exp.", "peak ratio",
                             *[f"{k} ({_size(n)})" for k, n in r["project_to"].items()], "flag"], rows,
                            align=["l", "l", "r", "r", "r", "r", "r"] + ["r"] * len(r["project_to"]) + ["l"])
