@@ -121,7 +121,7 @@ def summarize_row(stage: str, runs: list[dict]) -> dict:
         flags.append(f"peak memory x{ratio:.2f} over x{sizes[-1] / sizes[0]:.0f} the data (> {MEMORY_FLAG})")
     return {"time_exponent": round(t_exp, 3), "memory_exponent": round(m_exp, 3),
             "peak_ratio": round(ratio, 3), "size_range": round(sizes[-1] / sizes[0], 2),
-            "projected": {name: {"n": n, "seconds": round(math.exp(t_b) * n ** t_exp, 1),
+            "projected": {name: {"n": n, "seconds": round(math.exp(t_b) * n ** t_exp, 3),
                                  "peak_rss_mib": round(math.exp(m_b) * n ** m_exp, 1)}
                           for name, n in PROJECT_TO.items()},
             "flags": flags}
