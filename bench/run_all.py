@@ -1,7 +1,7 @@
 """Run every benchmark and write bench/RESULTS.md: the one command.
 
-    .venv/bin/python bench/run_all.py            # full run (~40 min on a quiet 2-core box)
-    .venv/bin/python bench/run_all.py --quick    # smoke check (~6 min): small sizes, few repetitions
+    .venv/bin/python bench/run_all.py            # full run (~60 min on a quiet 2-core box)
+    .venv/bin/python bench/run_all.py --quick    # smoke check (~9 min): small sizes, few repetitions
     .venv/bin/python bench/run_all.py --report-only   # re-render RESULTS.md from the JSON files
 
 Each bench script runs as a subprocess (one after the other, never two at once: they would
@@ -49,6 +49,7 @@ STEPS = {
     "world": ("bench/bench_world.py", "world", ["--no-build"], ["--quick"], {}),
     "same_image": ("bench/bench_same_image.py", "same_image", [], ["--quick"], {}),
     "loader": ("bench/bench_loader.py", "loader", [], ["--quick"], {}),
+    "scale": ("bench/bench_scale.py", "scale", [], ["--quick"], {}),
     # the GPU rows: run only when torch sees a CUDA device (`needs`); ARO and left-right need spaCy
     "gpu": ("bench/bench_gpu.py", "gpu", [], ["--quick"], {"needs": "cuda"}),
     "gpu_eval": ("bench/bench_eval.py", "gpu_eval",
@@ -145,7 +146,8 @@ def render(res: dict, run: dict) -> str:
                             ("6. same-image pairs", section_same_image, (res.get("same_image"),)),
                             ("7. today vs before issue 18", section_today_vs_old, (res.get("trainer"),)),
                             ("8. loader per worker", section_loader, (res.get("loader"),)),
-                            ("9. GPU", section_gpu, (res.get("gpu"), res.get("gpu_eval")))):
+                            ("9. GPU", section_gpu, (res.get("gpu"), res.get("gpu_eval"))),
+                            ("10. scale", section_scale, (res.get("scale"),))):
         try:
             sections.append(fn(*args, goals, notes))
         except (KeyError, TypeError, ValueError, AttributeError) as err:  # e.g. a JSON file from an older script
@@ -584,6 +586,69 @@ def section_gpu(r, ev, goals, notes) -> str:
             L.append(f"\nNot measured on the GPU: {', '.join(left_out)} (they tag captions with spaCy, which the GPU "
                      "image lacks and the wheel folder does not carry).")
     return "\n".join(L)
+
+
+def _size(n: float) -> str:
+    """600000 -> '600k', 12000000 -> '12M', 15625 -> '15.6k'."""
+    for div, suffix in ((1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:.3g}{suffix}"
+    return f"{n:g}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{fmt_num(seconds)} s"
+    return f"{fmt_num(seconds / 60)} min" if seconds < 7200 else f"{fmt_num(seconds / 3600)} h"
+
+
+def _memory(mib: float) -> str:
+    return f"{fmt_num(mib)} MiB" if mib < 1024 else f"{fmt_num(mib / 1024)} GiB"
+
+
+def section_scale(r, goals, notes) -> str:
+    """Issue 37's table from scale.json: per row the sizes, times, peaks, fitted exponents, the
+    projections and the flags bench_scale.py set."""
+    head = "## 10. Scale: time and peak memory against size (bench/bench_scale.py)\n\n"
+    item = "10. every stage linear in time and flat in memory"
+    if not r:
+        goals.append([item, "no stage flagged", "not run", "-"])
+        return head + "Not run."
+    th = r["flag_thresholds"]
+    goal = (f"time exponent <= {th['time_exponent']} ({', '.join(th['time_not_flagged'])} excepted), "
+            f"peak ratio <= {th['peak_ratio']}")
+    rows, flagged = [], []
+    for name, row in r["rows"].items():
+        runs = row["runs"]
+        rows.append([f"`{name}`: {row['label']}", " / ".join(_size(x["n"]) for x in runs) + f" {row['unit']}",
+                     " / ".join(fmt_num(x["seconds"]) for x in runs), " / ".join(fmt_num(x["peak_rss_mib"]) for x in runs),
+                     f"{row['time_exponent']:.2f}", f"{row['memory_exponent']:.2f}", f"{row['peak_ratio']:.2f}x",
+                     *[f"{_duration(p['seconds'])}, {_memory(p['peak_rss_mib'])}" for p in row["projected"].values()],
+                     "**" + "; ".join(row["flags"]) + "**" if row["flags"] else "-"])
+        if row["flags"]:
+            flagged.append(name)
+            notes.append(f"10. `{name}` ({row['label']}): {'; '.join(row['flags'])}; projected to "
+                         + ", ".join(f"{k}: {_duration(p['seconds'])}, {_memory(p['peak_rss_mib'])}"
+                                     for k, p in row["projected"].items()) + ".")
+    goals.append([item, goal, f"{len(flagged)} of {len(rows)} rows flagged" + (f": {', '.join(flagged)}" if flagged else ""),
+                  yes(not flagged)])
+    recall = {name: [x["recall"] for x in row["runs"]] for name, row in r["rows"].items()
+              if all("recall" in x for x in row["runs"])}
+    text = (f"Each size alone in a fresh process, {r['threads']} thread(s). Time: the whole command where the "
+            "stage has one, else the library call (each row's command and what its time covers are listed below "
+            "the table). Peak: the process's peak resident memory (GNU time), interpreter and imports included. "
+            "Exponents: least-squares slope of log time / log peak against log size; peak ratio: largest size / "
+            f"smallest; projections extrapolate that fit. Images {r['image_px']} px JPEGs; inputs: docs/bench.md, "
+            "\"Scale\".\n\n")
+    text += markdown_table(["stage", "sizes", "time s", "peak MiB", "time exp.", "memory exp.", "peak ratio",
+                            *[f"{k} ({_size(n)})" for k, n in r["project_to"].items()], "flag"], rows,
+                           align=["l", "l", "r", "r", "r", "r", "r"] + ["r"] * len(r["project_to"]) + ["l"])
+    text += "\n\n" + "\n".join(f"- `{name}` ({row['measures']}): `{row['runs'][-1]['command']}`"
+                                  for name, row in r["rows"].items())
+    if recall:
+        text += "\n\n" + "; ".join(f"`{name}` recall@3 per size: {' / '.join(fmt_num(x) for x in vals)}"
+                                    for name, vals in recall.items()) + "."
+    return head + text
 
 
 def main() -> None:

@@ -248,3 +248,37 @@ def test_run_all_records_the_gpu_rows_as_not_run_without_cuda(monkeypatch, tmp_p
     assert calls == []
     assert [s["skipped"] for s in run["steps"]] == ["not run: no CUDA device (torch.cuda.is_available() is False)"] * 2
     assert (tmp_path / "R.md").read_text().count("| not run: no CUDA device") == 2
+
+
+# --- run_all's scale section (issue 37; synthetic numbers: rendering only) ---------------------------
+
+def test_report_scale_shows_every_row_and_states_the_flags():
+    from bench.bench_scale import FLAG_THRESHOLDS, PROJECT_TO, summarize_row
+    from bench.run_all import section_scale
+    sizes = (25_000, 100_000, 400_000)
+
+    def row(stage, label, times, peaks, **extra):
+        runs = [{"n": n, "seconds": t, "peak_rss_mib": p, "command": f"python -m x --n {n}", **extra}
+                for n, t, p in zip(sizes, times, peaks)]
+        return {"stage": stage, "label": label, "unit": "samples", "measures": "the whole command", "runs": runs,
+                **summarize_row(stage, runs)}
+    r = {"threads": "1", "image_px": 64, "project_to": PROJECT_TO, "flag_thresholds": FLAG_THRESHOLDS,
+         "rows": {"shuffle": row("shuffle", "`datagen shuffle`", [4.0, 16.0, 64.0], [100.0, 100.0, 101.0]),
+                  "approx_knn": row("approx_knn", "approximate kNN", [2.0, 10.0, 50.0], [300.0, 600.0, 1200.0],
+                                    recall=0.97)}}
+    goals, notes = [], []
+    text = section_scale(r, goals, notes)
+    lines = [line for line in text.splitlines() if line.startswith("| `")]
+    assert len(lines) == 2
+    assert lines[0].startswith("| `shuffle`: `datagen shuffle` | 25k / 100k / 400k samples | 4.00 / 16.0 / 64.0 |")
+    assert "| 1.00 | 0.00 | 1.01x | 96.0 s, 101 MiB | 8.00 min, 102 MiB |" in lines[0] and lines[0].endswith("| - |")
+    assert "**time exponent 1.16 > 1.1; peak memory x4.00 over x16 the data (> 1.2)**" in lines[1]
+    assert "CC12M (12M)" in text and "`approx_knn` recall@3 per size: 0.97 / 0.97 / 0.97" in text
+    assert "- `shuffle` (the whole command): `python -m x --n 400000`" in text
+    assert goals == [["10. every stage linear in time and flat in memory",
+                      "time exponent <= 1.1 (exact_knn excepted), peak ratio <= 1.2",
+                      "1 of 2 rows flagged: approx_knn", "**missed**"]]
+    assert len(notes) == 1 and notes[0].startswith("10. `approx_knn` (approximate kNN): time exponent 1.16")
+    goals = []
+    assert "Not run" in section_scale(None, goals, [])
+    assert goals[0][2] == "not run"
