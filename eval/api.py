@@ -33,7 +33,7 @@ from compclip.eval.benchmarks.base import BenchmarkResult, DataError, MissingDat
 from compclip.eval.cache import EmbeddingCache
 from compclip.eval.registry import get_benchmark, list_benchmarks
 
-__all__ = ["MissingData", "UnknownBenchmark", "check_data", "evaluate", "flatten", "missing_data", "run",
+__all__ = ["MissingData", "UnknownBenchmark", "check_data", "evaluate", "flatten", "flatten_intervals", "missing_data", "run",
            "validate_names"]
 
 log = logging.getLogger(__name__)
@@ -177,20 +177,36 @@ def _score_one(cls, cache: EmbeddingCache, data_root, options: dict, per_instanc
     identity = getattr(cache.scorer, "cache_identity", None)
     if score_cache is None or not identity:
         bench = load_benchmark(cls.name, data_root, cache.supports_images, options, reuse)
-        return bench.score(cache, per_instance=per_instance)
-    key = score_cache.key(identity, cls, data_root, options, cache.supports_images)
-    result = score_cache.get(key)
-    if result is not None:
-        log.info("%s: scores from the score cache (%s)", cls.name, score_cache.path(key))
-    else:  # read afresh: what is stored must be what the hashed files hold, not an earlier load
-        bench = load_benchmark(cls.name, data_root, cache.supports_images, options, reuse=False)
         result = bench.score(cache, per_instance=True)
-        score_cache.put(key, result)
-    return replace(result, notes=list(result.notes), instances=result.instances if per_instance else None)
+    else:
+        key = score_cache.key(identity, cls, data_root, options, cache.supports_images)
+        result = score_cache.get(key)
+        if result is not None:
+            log.info("%s: scores from the score cache (%s)", cls.name, score_cache.path(key))
+        else:  # read afresh: what is stored must be what the hashed files hold, not an earlier load
+            bench = load_benchmark(cls.name, data_root, cache.supports_images, options, reuse=False)
+            result = bench.score(cache, per_instance=True)
+            score_cache.put(key, result)
+    return with_intervals(cls, replace(result, notes=list(result.notes)), per_instance)
+
+
+def with_intervals(cls, result: BenchmarkResult, per_instance: bool) -> BenchmarkResult:
+    """`result` with its item table and 95 % intervals (`eval.stats`) from its per-item records,
+    which it keeps only with `per_instance`."""
+    from compclip.eval import stats
+    table = cls.item_table(result.instances or [])
+    found = stats.intervals(table) if table is not None else {}
+    return replace(result, table=table, instances=result.instances if per_instance else None,
+                   intervals={k: v for k, v in found.items() if k in result.headline})
 
 
 def flatten(results: dict[str, BenchmarkResult]) -> dict[str, float]:
     return {f"{name}/{metric}": float(value) for name, r in results.items() for metric, value in r.headline.items()}
+
+
+def flatten_intervals(results: dict[str, BenchmarkResult]) -> dict[str, tuple[float, float]]:
+    """`flatten`'s names -> their 95 % interval (low, high), for the metrics that have one."""
+    return {f"{name}/{metric}": value for name, r in results.items() for metric, value in r.intervals.items()}
 
 
 def evaluate(scorer, benchmarks: list[str], data_root: str, options: Optional[dict[str, dict]] = None,
