@@ -91,33 +91,39 @@ def compare(models: dict[str, dict[str, ItemTable]], metrics: Optional[list[str]
         raise InputError("compare needs at least two models")
     base = models[labels[0]]
     names = metrics or default_metrics(base)
+    by_bench: dict[str, list[str]] = {}
+    for name in names:
+        bench, metric = name.split("/", 1)
+        by_bench.setdefault(bench, []).append(metric)
     rows: list[Row] = []
     for label in labels[1:]:
         pair = []
-        for name in names:
-            bench, metric = name.split("/", 1)
+        for bench, wanted in by_bench.items():
             if bench not in base or bench not in models[label]:
-                raise InputError(f"{name}: {bench} was not scored for {labels[0] if bench not in base else label}")
+                raise InputError(f"{bench}: not scored for {labels[0] if bench not in base else label}")
             ta, tb = base[bench], models[label][bench]
-            if metric not in ta.metrics or metric not in tb.metrics:
-                known = ", ".join(f"{bench}/{k}" for k in ta.metrics)
-                raise InputError(f"{name}: no per-item values for this metric; known: {known}")
+            for metric in wanted:
+                if metric not in ta.metrics or metric not in tb.metrics:
+                    known = ", ".join(f"{bench}/{k}" for k in ta.metrics)
+                    raise InputError(f"{bench}/{metric}: no per-item values for this metric; known: {known}")
             same_items(ta, tb, bench, (labels[0], label))
-            a, b = ta.metrics[metric], tb.metrics[metric]
-            reps = stats.replicates([a, b], ta.clusters)
-            diffs = reps[1] - reps[0]
-            lo, hi = stats.percentile_interval(diffs)
-            diff = b.point() - a.point()
-            if a.binary and b.binary:
-                p, discordant = mcnemar(a, b)
-                test = "mcnemar"
-            else:
-                p, discordant, test = bootstrap_p(diffs, diff), None, "bootstrap"
-            pair.append(Row(label, name, a.point(), b.point(), diff, lo, hi, test, p, discordant=discordant))
+            reps = stats.replicates([t.metrics[m] for m in wanted for t in (ta, tb)], ta.clusters)
+            pair += [_row(label, f"{bench}/{m}", ta.metrics[m], tb.metrics[m], reps[2 * i + 1] - reps[2 * i])
+                     for i, m in enumerate(wanted)]
         for row, adjusted in zip(pair, holm([r.p for r in pair])):
             row.p_holm = adjusted
         rows += pair
     return rows
+
+
+def _row(label: str, name: str, a: Metric, b: Metric, diffs: np.ndarray) -> Row:
+    """The comparison of one metric: its paired interval and test."""
+    lo, hi = stats.percentile_interval(diffs)
+    diff = b.point() - a.point()
+    if a.binary and b.binary:
+        p, discordant = mcnemar(a, b)
+        return Row(label, name, a.point(), b.point(), diff, lo, hi, "mcnemar", p, discordant=discordant)
+    return Row(label, name, a.point(), b.point(), diff, lo, hi, "bootstrap", bootstrap_p(diffs, diff))
 
 
 def default_metrics(tables: dict[str, ItemTable]) -> list[str]:
@@ -223,10 +229,11 @@ def from_checkpoint(weights: str, benchmarks: list[str], data_root: str, options
     from compclip.eval.api import run
     from compclip.eval.registry import get_benchmark
     from compclip.eval.scorecache import model_identity
-    from compclip.models import resolve_model
-    arch, tag = resolve_model(arch, weights)
-    identity = model_identity(arch, tag, lineage, precision, device)
-    if score_cache is not None and identity:
+    from compclip.models import read_meta, resolve_checkpoint
+    path = resolve_checkpoint(weights)
+    meta = read_meta(path)  # a sidecar naming the architecture: the cache is read without open_clip
+    if score_cache is not None and meta is not None and arch in (None, meta.arch):
+        identity = model_identity(meta.arch, str(path), lineage, precision, device)
         found = {}
         for name in benchmarks:
             cls = get_benchmark(name)
@@ -238,7 +245,9 @@ def from_checkpoint(weights: str, benchmarks: list[str], data_root: str, options
             return {b: t for b, t in found.items() if t is not None}
     from compclip.eval.scorer import OpenClipScorer
     from compclip.eval.weights import check_file, check_model
-    from compclip.models import load_model
+    from compclip.models import load_model, resolve_model
+    arch, tag = resolve_model(arch, weights)
+    identity = model_identity(arch, tag, lineage, precision, device)
     if tag and Path(tag).is_file():
         check_file(tag)
     loaded = load_model(arch, tag, lineage=lineage, device=device)
