@@ -5,7 +5,7 @@
     # {"sugarcrepe/macro": 0.73, "visla/generic/i2t": 0.41, ...}
 
 `evaluate` is what the trainer calls every epoch (it prefixes the names with `eval/`): flat
-`<benchmark>/<metric>` names, one embedding cache shared by all benchmarks of the call, so a
+`<benchmark>/<metric>` names (and their 95 % intervals as the result's `intervals`), one embedding cache shared by all benchmarks of the call, so a
 text or image common to several benchmarks is encoded once. `run` returns the full
 `BenchmarkResult`s for reports (`eval.report.write_reports`).
 
@@ -209,7 +209,18 @@ def flatten_intervals(results: dict[str, BenchmarkResult]) -> dict[str, tuple[fl
     return {f"{name}/{metric}": value for name, r in results.items() for metric, value in r.intervals.items()}
 
 
+class Scores(dict):
+    """`evaluate`'s flat {name: value}; `intervals` holds {name: (low, high)}, the 95 % bootstrap
+    intervals of the metrics that have one (`eval.stats`)."""
+
+    def __init__(self, values: dict, intervals: dict):
+        super().__init__(values)
+        self.intervals = intervals
+
+
 def evaluate(scorer, benchmarks: list[str], data_root: str, options: Optional[dict[str, dict]] = None,
-             progress: bool = True) -> dict[str, float]:
-    """Flat `{"<benchmark>/<metric>": value}` for the given scorer (accuracies in [0, 1])."""
-    return flatten(run(scorer, benchmarks, data_root, options, progress))
+             progress: bool = True) -> Scores:
+    """Flat `{"<benchmark>/<metric>": value}` for the given scorer (accuracies in [0, 1]), a dict
+    whose `intervals` attribute gives the 95 % intervals by the same names."""
+    results = run(scorer, benchmarks, data_root, options, progress)
+    return Scores(flatten(results), flatten_intervals(results))
