@@ -150,3 +150,8 @@ def test_reports_show_intervals_and_keep_every_number(results, tmp_path):
     assert f"| sugarcrepe/macro | {value:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] |" in md
     assert f"| add_att | {100 * results['sugarcrepe'].headline['add_att']:.1f} [" in md  # category rows too
     assert "| aro/coco_order/std | " in md and "items:m" in written and "radar" in written
+
+
+def test_error_bars_run_from_the_interval_around_the_value():
+    from compclip.eval.report import _yerr
+    assert _yerr([60.0, 50.0], [(0.55, 0.7), None]) == [[pytest.approx(5.0), 0.0], [pytest.approx(10.0), 0.0]]
