@@ -1,7 +1,7 @@
 """`eval compare` speed: two checkpoints over cached scores (goal: under 2 s), and the bootstrap
 at the real benchmarks' sizes.
 
-    .venv/bin/python bench/bench_eval_compare.py [--n 24] [--reps 5]
+    .venv/bin/python bench/bench_eval_compare.py [--n 24] [--reps 5] [--quick] [--out PATH]
 
 1. Two micro-vit-32 checkpoints are scored once on the synthetic fixture (`tests/fixtures/eval_data`,
    `--n`) on visla, sugarcrepe, sugarcrepe_pp, bivlc and aro (coco_order, vg_relation), filling a
@@ -80,7 +80,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=24, help="fixture size (items per subset ~ n..4n)")
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help="fixture n=8, 2 repetitions")
+    p.add_argument("--out", help="JSON path (default bench/results/eval_compare.json)")
     args = p.parse_args()
+    if args.quick:
+        args.n, args.reps = 8, 2
     import torch
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
     from compclip.eval import compare, scorecache
@@ -128,7 +132,7 @@ def main() -> None:
     log(f"cached: in process {result['cached_two_checkpoints']['in_process_s']['median']} s, command "
         f"{result['cached_two_checkpoints']['command_s']['median']} s; published sizes "
         f"({len(names)} metrics): {result['published_sizes']['compare_s']['median']} s")
-    write_result("eval_compare", result)
+    write_result("eval_compare", result, args.out)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@
     # {"sugarcrepe/macro": 0.73, "visla/generic/i2t": 0.41, ...}
 
 `evaluate` is what the trainer calls every epoch (it prefixes the names with `eval/`): flat
-`<benchmark>/<metric>` names (and their 95 % intervals as the result's `intervals`), one embedding cache shared by all benchmarks of the call, so a
-text or image common to several benchmarks is encoded once. `run` returns the full
+`<benchmark>/<metric>` names (their 95 % intervals in the result's `intervals`), one embedding
+cache shared by all benchmarks of the call, so a text or image common to several benchmarks is
+encoded once. `run` returns the full
 `BenchmarkResult`s for reports (`eval.report.write_reports`).
 
 Data checks, for a start-up check before any model is loaded (no model, no scoring; file
@@ -33,8 +34,8 @@ from compclip.eval.benchmarks.base import BenchmarkResult, DataError, MissingDat
 from compclip.eval.cache import EmbeddingCache
 from compclip.eval.registry import get_benchmark, list_benchmarks
 
-__all__ = ["MissingData", "UnknownBenchmark", "check_data", "evaluate", "flatten", "flatten_intervals", "missing_data", "run",
-           "validate_names"]
+__all__ = ["MissingData", "UnknownBenchmark", "check_data", "evaluate", "flatten", "flatten_intervals",
+           "missing_data", "run", "validate_names"]
 
 log = logging.getLogger(__name__)
 _LOADED: dict[tuple, object] = {}  # loaded benchmarks, reused by later calls (the trainer's epochs)
