@@ -5,8 +5,9 @@
     # {"sugarcrepe/macro": 0.73, "visla/generic/i2t": 0.41, ...}
 
 `evaluate` is what the trainer calls every epoch (it prefixes the names with `eval/`): flat
-`<benchmark>/<metric>` names, one embedding cache shared by all benchmarks of the call, so a
-text or image common to several benchmarks is encoded once. `run` returns the full
+`<benchmark>/<metric>` names (their 95 % intervals in the result's `intervals`), one embedding
+cache shared by all benchmarks of the call, so a text or image common to several benchmarks is
+encoded once. `run` returns the full
 `BenchmarkResult`s for reports (`eval.report.write_reports`).
 
 Data checks, for a start-up check before any model is loaded (no model, no scoring; file
@@ -33,8 +34,8 @@ from compclip.eval.benchmarks.base import BenchmarkResult, DataError, MissingDat
 from compclip.eval.cache import EmbeddingCache
 from compclip.eval.registry import get_benchmark, list_benchmarks
 
-__all__ = ["MissingData", "UnknownBenchmark", "check_data", "evaluate", "flatten", "missing_data", "run",
-           "validate_names"]
+__all__ = ["MissingData", "UnknownBenchmark", "check_data", "evaluate", "flatten", "flatten_intervals",
+           "missing_data", "run", "validate_names"]
 
 log = logging.getLogger(__name__)
 _LOADED: dict[tuple, object] = {}  # loaded benchmarks, reused by later calls (the trainer's epochs)
@@ -177,23 +178,50 @@ def _score_one(cls, cache: EmbeddingCache, data_root, options: dict, per_instanc
     identity = getattr(cache.scorer, "cache_identity", None)
     if score_cache is None or not identity:
         bench = load_benchmark(cls.name, data_root, cache.supports_images, options, reuse)
-        return bench.score(cache, per_instance=per_instance)
-    key = score_cache.key(identity, cls, data_root, options, cache.supports_images)
-    result = score_cache.get(key)
-    if result is not None:
-        log.info("%s: scores from the score cache (%s)", cls.name, score_cache.path(key))
-    else:  # read afresh: what is stored must be what the hashed files hold, not an earlier load
-        bench = load_benchmark(cls.name, data_root, cache.supports_images, options, reuse=False)
         result = bench.score(cache, per_instance=True)
-        score_cache.put(key, result)
-    return replace(result, notes=list(result.notes), instances=result.instances if per_instance else None)
+    else:
+        key = score_cache.key(identity, cls, data_root, options, cache.supports_images)
+        result = score_cache.get(key)
+        if result is not None:
+            log.info("%s: scores from the score cache (%s)", cls.name, score_cache.path(key))
+        else:  # read afresh: what is stored must be what the hashed files hold, not an earlier load
+            bench = load_benchmark(cls.name, data_root, cache.supports_images, options, reuse=False)
+            result = bench.score(cache, per_instance=True)
+            score_cache.put(key, result)
+    return with_intervals(cls, replace(result, notes=list(result.notes)), per_instance)
+
+
+def with_intervals(cls, result: BenchmarkResult, per_instance: bool) -> BenchmarkResult:
+    """`result` with its item table and 95 % intervals (`eval.stats`) from its per-item records,
+    which it keeps only with `per_instance`."""
+    from compclip.eval import stats
+    table = cls.item_table(result.instances or [])
+    found = stats.intervals(table) if table is not None else {}
+    return replace(result, table=table, instances=result.instances if per_instance else None,
+                   intervals={k: v for k, v in found.items() if k in result.headline})
 
 
 def flatten(results: dict[str, BenchmarkResult]) -> dict[str, float]:
     return {f"{name}/{metric}": float(value) for name, r in results.items() for metric, value in r.headline.items()}
 
 
+def flatten_intervals(results: dict[str, BenchmarkResult]) -> dict[str, tuple[float, float]]:
+    """`flatten`'s names -> their 95 % interval (low, high), for the metrics that have one."""
+    return {f"{name}/{metric}": value for name, r in results.items() for metric, value in r.intervals.items()}
+
+
+class Scores(dict):
+    """`evaluate`'s flat {name: value}; `intervals` holds {name: (low, high)}, the 95 % bootstrap
+    intervals of the metrics that have one (`eval.stats`)."""
+
+    def __init__(self, values: dict, intervals: dict):
+        super().__init__(values)
+        self.intervals = intervals
+
+
 def evaluate(scorer, benchmarks: list[str], data_root: str, options: Optional[dict[str, dict]] = None,
-             progress: bool = True) -> dict[str, float]:
-    """Flat `{"<benchmark>/<metric>": value}` for the given scorer (accuracies in [0, 1])."""
-    return flatten(run(scorer, benchmarks, data_root, options, progress))
+             progress: bool = True) -> Scores:
+    """Flat `{"<benchmark>/<metric>": value}` for the given scorer (accuracies in [0, 1]), a dict
+    whose `intervals` attribute gives the 95 % intervals by the same names."""
+    results = run(scorer, benchmarks, data_root, options, progress)
+    return Scores(flatten(results), flatten_intervals(results))

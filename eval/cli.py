@@ -3,6 +3,7 @@
     python -m eval score --model ViT-B-32 --pretrained openai \\
                          --pretrained runs/negclip \\
                          --text-model minilm --benchmarks visla,sugarcrepe --data-root data --out reports/
+    python -m eval compare runs/clip_ft runs/negclip --benchmarks visla,sugarcrepe --data-root data --out cmp/
     python -m eval list
     python -m eval download --benchmarks visla,sugarcrepe --data-root data [--images]
 
@@ -17,7 +18,8 @@ the same benchmarks and reported side by side (`eval.report`). `--precision fp16
 ARO / SugarCrepe++ reference scripts do for OpenAI CLIP and NegCLIP (`eval.precision`).
 Scores of checkpoint files and pinned open_clip tags are kept per benchmark in a score cache
 (`eval.scorecache`; `--cache-dir`, `--no-cache`), so scoring them again on unchanged benchmark
-files encodes nothing.
+files encodes nothing. `compare` gives paired differences, intervals and tests between models
+(checkpoints or report folders; `eval.compare`).
 
 `--batch-size` below 1 is a usage error. Before any model is loaded, `--device` is checked (a
 tensor is made on it), every requested benchmark's files are checked (`eval.api.check_data`),
@@ -173,6 +175,44 @@ def cmd_score(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    """Paired differences and tests of the models named, the first the baseline (`eval.compare`)."""
+    from compclip.eval import compare
+    from compclip.eval.api import validate_names
+    from compclip.eval.scorecache import ScoreCache, default_dir
+    options = _options(args.options)
+    if args.benchmarks:
+        validate_names(args.benchmarks, options)
+    folder = None if args.no_cache else args.cache_dir or default_dir()
+    score_cache = ScoreCache(folder) if folder else None
+    models: dict = {}
+    for i, arg in enumerate(args.models):
+        if (Path(arg) / "summary.json").is_file():
+            found = compare.from_report(Path(arg), args.benchmarks)
+        else:
+            if not (args.benchmarks and args.data_root):
+                raise InputError(f"{arg}: a checkpoint is scored (or read from the score cache) on --benchmarks "
+                                 "with --data-root; give both")
+            check_device(args.device)
+            found = {arg: compare.from_checkpoint(arg, args.benchmarks, args.data_root, options, score_cache,
+                                                  args.model, args.lineage, args.precision, args.device,
+                                                  args.batch_size, not args.quiet)}
+        for label, tables in found.items():
+            models[f"{arg}:{label}" if label in models else label] = tables
+    labels = list(models)
+    if args.label:
+        if len(args.label) != len(labels):
+            raise InputError(f"{len(args.label)} --label for {len(labels)} models ({', '.join(labels)})")
+        models = dict(zip(args.label, models.values()))
+    rows = compare.compare(models, args.metrics)
+    baseline = next(iter(models))
+    print(compare.markdown(rows, baseline), end="")
+    if args.out:
+        written = compare.write(rows, baseline, args.out, plots=not args.no_plots)
+        print(f"comparison written to {args.out}: {', '.join(p.name for p in written.values())}")
+    return 0
+
+
 def cmd_list(args) -> int:
     from compclip.eval.registry import get_benchmark, list_benchmarks
     for name in list_benchmarks():
@@ -237,6 +277,30 @@ def make_main_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="no progress bars")
     s.add_argument("-v", "--verbose", action="store_true", help="full tracebacks")
     s.set_defaults(fn=cmd_score)
+    c = sub.add_parser("compare", help="paired differences and tests between models (the first is the baseline)")
+    c.add_argument("models", nargs="+", metavar="MODEL",
+                   help="a checkpoint (file, pointer file, checkpoints/ folder or run folder) or a report folder "
+                        "written by score --out (all its models); the first is the baseline")
+    c.add_argument("--benchmarks", action=CommaList, metavar="NAMES",
+                   help="benchmarks to compare (required with checkpoints; report folders: default all they hold)")
+    c.add_argument("--data-root", help="folder holding the benchmarks (needed to score checkpoints)")
+    c.add_argument("--metrics", action=CommaList, metavar="NAMES",
+                   help="<benchmark>/<metric> names to compare (default: each benchmark's primary metric)")
+    c.add_argument("--label", action="append", help="display name per model, in order")
+    c.add_argument("--model", metavar="ARCH", help="open_clip architecture of checkpoints that do not name theirs")
+    c.add_argument("--options", help='JSON per benchmark, e.g. \'{"aro": {"seeds": [0, 1]}}\'')
+    c.add_argument("--out", help="folder for compare.md, compare.json and compare.png")
+    c.add_argument("--lineage", default="auto", choices=["auto", "openai", "other"],
+                   help="where bare weights come from (openai: build with QuickGELU)")
+    c.add_argument("--batch-size", type=positive_int, default=256, help="items per encoder call")
+    c.add_argument("--device", default="cpu", help="torch device")
+    c.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"], help="as for score")
+    c.add_argument("--cache-dir", metavar="DIR", help="score cache folder (as for score)")
+    c.add_argument("--no-cache", action="store_true", help="neither read nor write the score cache")
+    c.add_argument("--no-plots", action="store_true", help="write no plot")
+    c.add_argument("--quiet", action="store_true", help="no progress bars")
+    c.add_argument("-v", "--verbose", action="store_true", help="full tracebacks")
+    c.set_defaults(fn=cmd_compare)
     ls = sub.add_parser("list", help="list the benchmarks")
     ls.add_argument("-v", "--verbose", action="store_true", help="full tracebacks")
     ls.set_defaults(fn=cmd_list)

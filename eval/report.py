@@ -2,11 +2,17 @@
 
 `write_reports({model_label: {benchmark: BenchmarkResult}}, out_dir)` writes
 - `summary.json`: {model: {"<benchmark>/<metric>": value}} (the flat names of `evaluate`);
-- `<model>.json`: per benchmark its headline, per-category table, counts, notes (and the
-  per-instance records when `per_instance`);
-- `results.md`: headline metrics, models side by side, then each benchmark's category table;
+- `intervals.json`: {"level", "resamples", "seed", "models": {model: {"<benchmark>/<metric>":
+  [low, high]}}}, the 95 % bootstrap intervals (`eval.stats`) of the metrics that have one;
+- `<model>.json`: per benchmark its headline, per-category table, counts, notes, `intervals`
+  (metric -> [low, high]) and the per-instance records when `per_instance`;
+- `<model>.items.npz`: the per-item values behind the intervals (`eval.stats.save_tables`),
+  what `python -m eval compare` reads from a report folder;
+- `results.md`: headline metrics, models side by side (`58.9 [55.8, 62.0]`: value and interval),
+  then each benchmark's category table (with the interval where the category is a headline metric);
 - `radar.png`: each benchmark's primary metric on one axis, one polygon per model (as NegCLIP's
-  figure 3); `categories_<benchmark>.png`: per-category bars of the first metric, per model.
+  figure 3), with its interval as an error bar; `categories_<benchmark>.png`: per-category bars of
+  the first metric, per model, with error bars where the category has an interval.
 Accuracies are shown as percentages in the Markdown and plots, stored as fractions in JSON.
 """
 from __future__ import annotations
@@ -16,7 +22,8 @@ import math
 import re
 from pathlib import Path
 
-from compclip.eval.api import flatten
+from compclip.eval import stats
+from compclip.eval.api import flatten, flatten_intervals
 from compclip.eval.benchmarks.base import BenchmarkResult
 from compclip.eval.registry import get_benchmark
 
@@ -31,6 +38,20 @@ def _fmt(v) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}"
 
 
+def _fmt_ci(v, ci) -> str:
+    """`58.9 [55.8, 62.0]`, or the bare value without an interval."""
+    if ci is None or v is None or (isinstance(v, float) and math.isnan(v)) or any(map(math.isnan, ci)):
+        return _fmt(v)
+    return f"{_fmt(v)} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+
+
+def category_interval(result: BenchmarkResult, category: str, column: str):
+    """The interval of a category table's cell where it is a headline metric (`<category>/<column>`,
+    or `<category>` for an `acc` column), else None."""
+    found = result.intervals.get(f"{category}/{column}")
+    return found if found is not None or column != "acc" else result.intervals.get(category)
+
+
 def primary_metric(name: str, result: BenchmarkResult) -> str | None:
     try:
         key = get_benchmark(name).primary
@@ -41,11 +62,14 @@ def primary_metric(name: str, result: BenchmarkResult) -> str | None:
 
 def markdown(results: dict[str, dict[str, BenchmarkResult]]) -> str:
     models = list(results)
-    lines = ["# Evaluation results", "", "Accuracies in %.", "",
+    lines = ["# Evaluation results", "", "Accuracies in %; in brackets the 95 % bootstrap interval over items "
+             "(docs/eval.md, \"Intervals and comparisons\").", "",
              "| metric | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
     flat = {m: flatten(r) for m, r in results.items()}
+    cis = {m: flatten_intervals(r) for m, r in results.items()}
     for metric in dict.fromkeys(k for m in models for k in flat[m]):
-        lines.append(f"| {metric} | " + " | ".join(_fmt(flat[m].get(metric)) for m in models) + " |")
+        lines.append(f"| {metric} | " + " | ".join(_fmt_ci(flat[m].get(metric), cis[m].get(metric))
+                                                   for m in models) + " |")
     benches = dict.fromkeys(b for m in models for b in results[m])
     for b in benches:
         for m in models:
@@ -59,7 +83,8 @@ def markdown(results: dict[str, dict[str, BenchmarkResult]]) -> str:
                 lines += ["", "| category | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
                 for cat, row in r.categories.items():
                     lines.append(f"| {cat} | " + " | ".join(
-                        str(row[c]) if c.startswith("n") and c in row else _fmt(row.get(c)) for c in cols) + " |")
+                        str(row[c]) if c.startswith("n") and c in row else
+                        _fmt_ci(row.get(c), category_interval(r, cat, c)) for c in cols) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -81,10 +106,12 @@ def radar(results: dict[str, dict[str, BenchmarkResult]], path: Path) -> Path | 
     angles = np.linspace(0, 2 * np.pi, len(axes), endpoint=False).tolist()
     fig, ax = plt.subplots(figsize=(7, 7), subplot_kw={"polar": True})
     for m, res in results.items():
-        flat = flatten(res)
+        flat, cis = flatten(res), flatten_intervals(res)
         vals = [100 * flat.get(a, float("nan")) for a in axes]
-        ax.plot(angles + angles[:1], vals + vals[:1], label=m)
+        line, = ax.plot(angles + angles[:1], vals + vals[:1], label=m)
         ax.fill(angles + angles[:1], vals + vals[:1], alpha=0.1)
+        ax.errorbar(angles, vals, yerr=_yerr(vals, [cis.get(a) for a in axes]), fmt="none",
+                    ecolor=line.get_color(), capsize=2)
     ax.set_xticks(angles)
     ax.set_xticklabels(axes, fontsize=8)
     ax.set_ylim(0, 100)
@@ -93,6 +120,14 @@ def radar(results: dict[str, dict[str, BenchmarkResult]], path: Path) -> Path | 
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _yerr(values: list[float], intervals: list) -> list[list[float]]:
+    """matplotlib's asymmetric error bars ([below], [above], in %) for values and their intervals
+    (0 where a value has none)."""
+    below = [v - 100 * ci[0] if ci is not None else 0.0 for v, ci in zip(values, intervals)]
+    above = [100 * ci[1] - v if ci is not None else 0.0 for v, ci in zip(values, intervals)]
+    return [[0.0 if math.isnan(b) else b for b in below], [0.0 if math.isnan(a) else a for a in above]]
 
 
 def category_bars(results: dict[str, dict[str, BenchmarkResult]], bench: str, path: Path) -> Path | None:
@@ -112,7 +147,9 @@ def category_bars(results: dict[str, dict[str, BenchmarkResult]], bench: str, pa
     width = 0.8 / len(tables)
     fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(cats) * len(tables) + 2), 4))
     for i, (m, t) in enumerate(tables.items()):
-        ax.bar(x + i * width, [100 * t.get(c, {}).get(metric, float("nan")) for c in cats], width, label=m)
+        vals = [100 * t.get(c, {}).get(metric, float("nan")) for c in cats]
+        yerr = _yerr(vals, [category_interval(results[m][bench], c, metric) for c in cats])
+        ax.bar(x + i * width, vals, width, label=m, yerr=yerr, capsize=2)
     ax.set_xticks(x + width * (len(tables) - 1) / 2)
     ax.set_xticklabels(cats, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel(f"{metric} (%)")
@@ -132,11 +169,19 @@ def write_reports(results: dict[str, dict[str, BenchmarkResult]], out_dir: str |
     out.mkdir(parents=True, exist_ok=True)
     written = {"summary": out / "summary.json", "markdown": out / "results.md"}
     written["summary"].write_text(json.dumps({m: flatten(r) for m, r in results.items()}, indent=2))
+    written["intervals"] = out / "intervals.json"
+    written["intervals"].write_text(json.dumps(
+        {"level": stats.LEVEL, "resamples": stats.RESAMPLES, "seed": stats.SEED,
+         "models": {m: {k: list(v) for k, v in flatten_intervals(r).items()} for m, r in results.items()}}, indent=2))
     for m, res in results.items():
         p = out / f"{slug(m)}.json"
         p.write_text(json.dumps({"model": m, "benchmarks": {b: r.as_dict(per_instance) for b, r in res.items()}},
                                 indent=1))
         written[f"model:{m}"] = p
+        tables = {b: r.table for b, r in res.items() if r.table is not None}
+        if tables:
+            written[f"items:{m}"] = out / f"{slug(m)}.items.npz"
+            stats.save_tables(tables, written[f"items:{m}"])
     written["markdown"].write_text(markdown(results))
     if plots:
         if radar(results, out / "radar.png"):

@@ -35,7 +35,7 @@ from compclip.fileio import atomic_write
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2  # 2: per-item records name their image (eval.stats clusters)
 NOT_HASHED = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff",  # images
               ".zip", ".tar", ".gz", ".tgz", ".part")  # archives (what they hold is hashed when extracted)
 _FILE_SHA: dict[tuple[str, int, int], str] = {}

@@ -179,6 +179,52 @@ def test_end_to_end_with_the_real_eval_api(recipe, tmp_path):
     assert (run_dir / "checkpoints" / "best").is_file()
 
 
+def test_interval_half_widths_beside_each_metric_and_the_best_within_noise(recipe, tmp_path, capsys):
+    """eval_ci/<name> in TensorBoard and the intervals in eval.jsonl every epoch; best.json and the
+    last line say which other evaluations the best one's 95 % interval overlaps."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tests.fixtures.eval_data import make_data_root
+    root = make_data_root(tmp_path / "bench")
+    assert run([recipe, "eval.benchmarks=[sugarcrepe]", f"eval.data_root={root}",
+                "checkpoint.best_metric=eval/sugarcrepe/macro"]) == 0
+    run_dir = tmp_path / "runs" / "tiny"
+    lines = [json.loads(l) for l in (run_dir / "eval.jsonl").read_text().splitlines()]
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    half = events.Scalars("eval_ci/sugarcrepe/macro")
+    assert [e.step for e in half] == [l["step"] for l in lines] == [4, 8]
+    for line, event in zip(lines, half):
+        lo, hi = line["intervals"]["sugarcrepe/macro"]
+        assert lo <= line["metrics"]["sugarcrepe/macro"] <= hi
+        assert event.value == pytest.approx((hi - lo) / 2)
+    choice = json.loads((run_dir / "best.json").read_text())
+    best = (run_dir / "checkpoints" / "best").read_text().strip()
+    assert best == f"step-{choice['step']:07d}.pt" and choice["metric"] == "sugarcrepe/macro"
+    other = next(l for l in lines if l["step"] != choice["step"])
+    (lo, hi), (olo, ohi) = choice["interval"], other["intervals"]["sugarcrepe/macro"]
+    overlap = olo <= hi and ohi >= lo
+    assert [o["step"] for o in choice["within_noise_of"]] == ([other["step"]] if overlap else [])
+    captured = capsys.readouterr()
+    assert "sugarcrepe/macro" in captured.err and " ±" in captured.err and "best checkpoint so far: step" in captured.err
+    assert ("within noise of step(s)" in captured.out) == overlap
+
+
+def test_within_noise_reads_the_eval_log(tmp_path):
+    from compclip.trainer.evaluation import noise_line, within_noise
+    log = tmp_path / "eval.jsonl"
+    rows = [(4, 1, 0.60, [0.55, 0.67]), (8, 2, 0.70, [0.66, 0.74]), (12, 3, 0.80, [0.75, 0.84])]
+    log.write_text("".join(json.dumps({"step": s, "epoch": e, "metrics": {"b/m": v, "val/loss": 1.0},
+                                       "intervals": {"b/m": i}}) + "\n" for s, e, v, i in rows) + '{"step": 1')
+    choice = within_noise(log, "b/m", 12)
+    assert choice["value"] == 0.80 and choice["interval"] == [0.75, 0.84] and choice["epoch"] == 3
+    assert choice["within_noise_of"] == []  # 0.74 < 0.75: no overlap
+    assert "overlaps no other evaluation's" in noise_line(choice)
+    assert [o["step"] for o in within_noise(log, "b/m", 8)["within_noise_of"]] == [4]  # 0.67 >= 0.66
+    assert "within noise of step 4 (epoch 1): their 95 % intervals overlap" in noise_line(within_noise(log, "b/m", 8))
+    assert within_noise(log, "val/loss", 12) is None and within_noise(log, "b/m", 5) is None
+    assert within_noise(tmp_path / "absent.jsonl", "b/m", 12) is None
+
+
 @pytest.mark.slow
 def test_compiled_model_trains_a_step_like_the_eager_one(tmp_path, shards):
     """model.compile: one optimiser step on the same batch gives the eager loss and parameters."""

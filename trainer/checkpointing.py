@@ -283,12 +283,20 @@ def existing_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def clear_run(run_dir: Path, accelerator) -> None:
-    """`checkpoint.overwrite`: remove an earlier run's checkpoints, eval log and TensorBoard events."""
+    """`checkpoint.overwrite`: remove an earlier run's checkpoints, eval log, best.json and TensorBoard events."""
     if accelerator.is_main_process:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
         shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
         (run_dir / "eval.jsonl").unlink(missing_ok=True)
+        (run_dir / "best.json").unlink(missing_ok=True)
     accelerator.wait_for_everyone()
+
+
+def pointer_step(ckpt_dir: Path, pointer: str) -> Optional[int]:
+    """The step of the checkpoint a pointer file (`best`, `latest`) names, None without one."""
+    name = latest_name(ckpt_dir, pointer)
+    match = NAME.match(name) if name else None
+    return int(match.group(1)) if match else None
 
 
 def latest_step(ckpt_dir: Path) -> Optional[int]:

@@ -12,10 +12,17 @@ there (every missing file listed on stderr, then one error line with the command
 them), and
 `overlap_with_benchmarks` compares the COCO ids a shard set trained on (its manifest's
 `image_ids` file) with the COCO ids of the recipe's benchmarks (`compclip.shardset.benchmark_ids`).
+
+After each evaluation: `within_noise` reads `eval.jsonl` and lists the evaluations whose 95 %
+interval of the best metric overlaps the best one's ("within noise": overlapping intervals are a
+cautious reading; `python -m eval compare` on the two checkpoints is the paired test), which the
+trainer prints (`noise_line`) and writes to `<run_dir>/best.json`.
 """
 from __future__ import annotations
 
-from typing import Callable
+import json
+from pathlib import Path
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -106,8 +113,50 @@ def overlap_with_benchmarks(cfg: EvalConfig, sources) -> dict[str, int]:
 
 
 def evaluate_model(model: nn.Module, preprocess: Callable, tokenizer: Callable, cfg: EvalConfig,
-                   device: torch.device, name: str, progress: bool = True) -> dict[str, float]:
+                   device: torch.device, name: str,
+                   progress: bool = True) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """({"<benchmark>/<metric>": value}, {name: 95 % (low, high)} for the metrics that have one)."""
     from compclip.eval.api import evaluate
     scorer = OpenClipScorer(model, preprocess, tokenizer, name=name, batch_size=cfg.batch_size, device=device)
     metrics = evaluate(scorer, list(cfg.benchmarks), cfg.data_root, dict(cfg.options), progress=progress)
-    return {str(k): float(v) for k, v in metrics.items()}
+    intervals = getattr(metrics, "intervals", {})
+    return ({str(k): float(v) for k, v in metrics.items()},
+            {str(k): (float(lo), float(hi)) for k, (lo, hi) in intervals.items()})
+
+
+def within_noise(eval_log: Path, metric: str, best_step: int) -> Optional[dict]:
+    """The best evaluation's `metric` and interval, and the other evaluations in `eval_log`
+    (`eval.jsonl`) whose 95 % interval of it overlaps the best's: {"step", "epoch", "metric",
+    "value", "interval", "within_noise_of": [{"step", "epoch", "value", "interval"}, ...]}; None
+    when the best's line or its interval is not there (a metric without one, `val/...`)."""
+    lines = []
+    if eval_log.is_file():
+        for text in eval_log.read_text(encoding="utf-8").splitlines():
+            try:
+                line = json.loads(text)
+            except ValueError:
+                continue  # a torn last line
+            interval = line.get("intervals", {}).get(metric)
+            if interval is not None and metric in line.get("metrics", {}):
+                lines.append({"step": line["step"], "epoch": line["epoch"], "value": line["metrics"][metric],
+                              "interval": list(interval)})
+    best = next((line for line in reversed(lines) if line["step"] == best_step), None)
+    if best is None:
+        return None
+    lo, hi = best["interval"]
+    others = [line for line in lines if line["step"] != best_step and line["interval"][0] <= hi
+              and line["interval"][1] >= lo]
+    return {**best, "metric": metric, "within_noise_of": others}
+
+
+def noise_line(choice: dict) -> str:
+    """`best checkpoint so far: step 8 (epoch 2), sugarcrepe/macro 0.7310 [0.7012, 0.7598]; within
+    noise of step 4 (epoch 1): their 95 % intervals overlap`."""
+    lo, hi = choice["interval"]
+    text = (f"best checkpoint so far: step {choice['step']} (epoch {choice['epoch']}), {choice['metric']} "
+            f"{choice['value']:.4f} [{lo:.4f}, {hi:.4f}]")
+    others = choice["within_noise_of"]
+    if not others:
+        return text + "; its 95 % interval overlaps no other evaluation's"
+    listed = ", ".join(f"step {o['step']} (epoch {o['epoch']})" for o in others)
+    return text + f"; within noise of {listed}: their 95 % intervals overlap (python -m eval compare tests it)"

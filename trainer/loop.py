@@ -20,6 +20,7 @@ that waited longer raises, and `collective_timeout_message` turns that into one 
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -43,6 +44,7 @@ from compclip.trainer.optim import build_optimizer, build_scheduler
 from compclip.trainer.recipe import Recipe, RecipeError, check_best_metric, describe_changes, recipe_to_dict
 from compclip.trainer.transforms import split_normalize
 from compclip.errors import CompclipError
+from compclip.fileio import atomic_write
 
 OPTIMIZER_SETTINGS = ("lr", "initial_lr", "betas", "eps", "weight_decay")  # what a recipe sets per group
 
@@ -228,6 +230,7 @@ class Trainer:
                                config=recipe.model_dump(mode="json"))
         self.last_checkpoint_time = clock()
         self.best_metric_checked = False
+        self.best_choice: Optional[dict] = None  # the last `_judge_best`
 
     def _resume(self) -> bool:
         """Restore the checkpoint the recipe asks for (chosen on the main process, an unusable
@@ -365,14 +368,15 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Validation, then the recipe's benchmarks; the metrics go to the monitor and the state."""
         cfg = self.recipe.eval
-        metrics = self.validate()
+        metrics, intervals = self.validate(), {}
         if cfg.benchmarks and (cfg.distributed or self.acc.is_main_process):
-            metrics.update(evaluation.evaluate_model(
+            scored, intervals = evaluation.evaluate_model(
                 self.acc.unwrap_model(self.model), self.loaded.preprocess, self.loaded.tokenizer, cfg,
-                self.acc.device, self.recipe.name, progress=self.recipe.logging.progress))
+                self.acc.device, self.recipe.name, progress=self.recipe.logging.progress)
+            metrics.update(scored)
         self.acc.wait_for_everyone()
         if metrics:
-            self.monitor.evaluation(metrics, self.state.step, self.state.epoch, self.overlap)
+            self.monitor.evaluation(metrics, self.state.step, self.state.epoch, self.overlap, intervals)
         self.state.metrics = metrics
         self._check_best_metric(metrics)
         return metrics
@@ -462,7 +466,20 @@ class Trainer:
             if better:
                 self.state.best = value
             checkpointing.record_metrics(self.ckpt_dir, metrics, best=better)
+            self.best_choice = self._judge_best(name)
         self.acc.wait_for_everyone()
+
+    def _judge_best(self, name: Optional[str]) -> Optional[dict]:
+        """Main process: whether the best checkpoint is within noise of other evaluations
+        (`evaluation.within_noise`): printed, and written to `<run_dir>/best.json`."""
+        best_step = checkpointing.pointer_step(self.ckpt_dir, "best")
+        if not name or best_step is None:
+            return None
+        choice = evaluation.within_noise(self.run_dir / "eval.jsonl", name, best_step)
+        if choice is not None:
+            print(evaluation.noise_line(choice), file=sys.stderr, flush=True)
+            atomic_write(self.run_dir / "best.json", lambda f: json.dump(choice, f, indent=1), "w")
+        return choice
 
     # --- the loop --------------------------------------------------------------------------------
     def fit(self) -> None:
@@ -545,7 +562,12 @@ class Trainer:
             print(f"best checkpoint: none ({c.best_metric} was never measured)", flush=True)
         else:
             value = f"{self.state.best:.4f}" if self.state.best is not None else "?"
-            print(f"best checkpoint: {self.ckpt_dir / best} ({c.best_metric} {value})", flush=True)
+            choice = self.best_choice
+            noise = ""
+            if choice and choice["within_noise_of"]:
+                steps = ", ".join(f"{o['step']} (epoch {o['epoch']})" for o in choice["within_noise_of"])
+                noise = f"; within noise of step(s) {steps}: 95 % intervals overlap, see {self.run_dir / 'best.json'}"
+            print(f"best checkpoint: {self.ckpt_dir / best} ({c.best_metric} {value}{noise})", flush=True)
 
     def check_replicas(self) -> None:
         """Every rank must end with the same parameters; print their digest (rank 0)."""

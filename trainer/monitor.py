@@ -15,9 +15,10 @@ the loss's in-batch numbers of the logged step (`train/loss_i2t`, `train/loss_t2
 `train/masked_pairs`, `train/i2t_acc`, `train/t2i_acc`, `train/hard_negative_acc`,
 `train/partner_acc`, `train/negative_padding`: the share of the global batch's hard-negative
 columns that are padding, when the recipe has any), `val/<metric>` for the validation batches, and `eval/<benchmark>/<metric>`
-for every evaluation. Each evaluation also appends one JSON line
-`{"step", "epoch", "time", "metrics"}` to `<run_dir>/eval.jsonl`, and prints them to stderr as
-one compact line. Other ranks get a no-op monitor.
+for every evaluation, with `eval_ci/<benchmark>/<metric>` beside it: the half-width of its 95 %
+bootstrap interval (`compclip.eval.stats`), for the metrics that have one. Each evaluation also appends one JSON line
+`{"step", "epoch", "time", "metrics", "intervals"}` (`intervals`: name -> [low, high]) to
+`<run_dir>/eval.jsonl`, and prints them to stderr as one compact line. Other ranks get a no-op monitor.
 
 A resumed run (`resumed_step`) keeps one point per step: the writer purges the events a killed
 run logged after that step (TensorBoard's `purge_step`), and `eval.jsonl` loses its lines after
@@ -62,9 +63,14 @@ def trim_eval_log(path: Path, last_step: int) -> int:
     return dropped
 
 
-def format_metrics(metrics: dict[str, float], step: int, epoch: int) -> str:
-    """`eval step 8 (epoch 2): val/i2t_acc 0.512 | sugarcrepe/macro 0.731 ...`, sorted by name."""
-    return f"eval step {step} (epoch {epoch}): " + " | ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()))
+def format_metrics(metrics: dict[str, float], step: int, epoch: int, intervals: Optional[dict] = None) -> str:
+    """`eval step 8 (epoch 2): val/i2t_acc 0.5120 | sugarcrepe/macro 0.7310 ±0.0150 ...`, sorted by
+    name; ± the half-width of the metric's 95 % interval where `intervals` has one."""
+    intervals = intervals or {}
+
+    def one(k: str, v: float) -> str:
+        return f"{k} {v:.4f}" + (f" ±{(intervals[k][1] - intervals[k][0]) / 2:.4f}" if k in intervals else "")
+    return f"eval step {step} (epoch {epoch}): " + " | ".join(one(k, v) for k, v in sorted(metrics.items()))
 
 
 def tracker_names() -> list[str]:
@@ -168,24 +174,31 @@ class Monitor:
         for tracker in self.trackers:
             tracker.log(dict(values), step=step)
 
-    def evaluation(self, metrics: dict[str, float], step: int, epoch: int, overlap: Optional[dict] = None) -> None:
+    def evaluation(self, metrics: dict[str, float], step: int, epoch: int, overlap: Optional[dict] = None,
+                   intervals: Optional[dict] = None) -> None:
         """Validation metrics (`val/...`) are logged under their own name, benchmarks under
-        `eval/<benchmark>/<metric>`; `overlap` (benchmark -> training images in it, allowed by
+        `eval/<benchmark>/<metric>`, and the half-width of a benchmark metric's 95 % interval
+        (`intervals`: name -> (low, high)) under `eval_ci/<benchmark>/<metric>`; the JSON line holds
+        the intervals as `intervals`; `overlap` (benchmark -> training images in it, allowed by
         `eval.allow_overlap`) goes into the JSON line beside the numbers it affects."""
         if not self.enabled:
             return
-        self.scalars({name if name.startswith("val/") else f"eval/{name}": value for name, value in metrics.items()}, step)
+        intervals = intervals or {}
+        self.scalars({name if name.startswith("val/") else f"eval/{name}": value for name, value in metrics.items()}
+                     | {f"eval_ci/{name}": (hi - lo) / 2 for name, (lo, hi) in intervals.items()}, step)
         if self.writer is not None:
             self.writer.flush()
         line = {"step": step, "epoch": epoch, "time": time.time(), "metrics": metrics}
+        if intervals:
+            line["intervals"] = {name: [lo, hi] for name, (lo, hi) in intervals.items()}
         if overlap:
             line["overlap"] = overlap
         with open(self.run_dir / "eval.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps(line) + "\n")
         if self.bar is not None:
-            self.bar.write(format_metrics(metrics, step, epoch), file=sys.stderr)
+            self.bar.write(format_metrics(metrics, step, epoch, intervals), file=sys.stderr)
         else:
-            print(format_metrics(metrics, step, epoch), file=sys.stderr, flush=True)
+            print(format_metrics(metrics, step, epoch, intervals), file=sys.stderr, flush=True)
 
     def close(self) -> None:
         self.end_epoch()

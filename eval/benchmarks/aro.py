@@ -31,6 +31,7 @@ from compclip.eval.benchmarks.base import Benchmark, BenchmarkResult, DataError,
 from compclip.eval.images import FileImage, resolve_files
 from compclip.eval.metrics import accuracy, argmax_correct, macro, option_scores, per_group
 from compclip.eval.registry import register_benchmark
+from compclip.eval.stats import ItemTable, cluster_ids, index_by, metric
 from compclip.eval import text_perturb
 
 # Replicate ARO! VG-Relation, VG-Attribution.ipynb (mertyg/vision-language-models-are-bows @ 42dbb5e2)
@@ -188,6 +189,30 @@ class ARO(Benchmark):
         return BenchmarkResult(self.name, headline, categories, instances if per_instance else None,
                                counts=counts)
 
+    @classmethod
+    def item_table(cls, instances):
+        """VG parts: `macro` (one part per category kept, as the headline's) and `micro` (the kept
+        categories' items); Order parts: `mean` (per item, the share of seeds it is right on).
+        Items sharing an image are one cluster."""
+        if not instances:
+            return None
+        out = {}
+        for part, idx in index_by([r["part"] for r in instances]).items():
+            rows = [instances[i] for i in idx]
+            if part.startswith("vg_"):
+                values = np.zeros(len(instances))
+                values[idx] = [r["correct"] for r in rows]
+                cats = {c: idx[j] for c, j in index_by([r["category"] for r in rows]).items()}
+                kept = [c for c in cats if (c not in SYMMETRIC_RELATIONS if part == "vg_relation"
+                                            else len(cats[c]) >= MIN_ATTRIBUTE_PAIR)]
+                out[f"{part}/macro"] = metric(values, *(cats[c] for c in kept))
+                out[f"{part}/micro"] = metric(values, np.concatenate([cats[c] for c in kept] or [[]]))
+            else:
+                values = np.zeros(len(instances))
+                values[idx] = [r["seeds_correct"] / r["seeds"] for r in rows]
+                out[f"{part}/mean"] = metric(values, idx)
+        return ItemTable(cluster_ids([r["image"] for r in instances]), out)
+
     def _score_vg(self, cache, part, items, paths):
         image = cache.images([FileImage(paths[it["image_path"]], (it["bbox_x"], it["bbox_y"], it["bbox_w"], it["bbox_h"]))
                               for it in items])
@@ -205,20 +230,24 @@ class ARO(Benchmark):
         kept_mask = np.isin(np.asarray(groups), kept)
         headline = {"macro": value, "micro": accuracy(correct[kept_mask])}
         cats = {g: {"acc": a, "n": n, "kept": float(g in kept)} for g, (a, n) in table.items()}
-        inst = [{"index": i, "category": g, "correct": bool(c)} for i, (g, c) in enumerate(zip(groups, correct))]
+        inst = [{"index": i, "category": g, "image": it["image_path"], "correct": bool(c)}
+                for i, (it, g, c) in enumerate(zip(items, groups, correct))]
         return headline, cats, inst
 
     def _score_order(self, cache, part, cases, tagged, paths):
         image = cache.images([FileImage(paths[name]) for name, _ in cases]) if cases else None
-        per_seed = []
+        per_seed, seeds_correct = [], np.zeros(len(cases), dtype=np.int64)
         for seed in self.seeds:
             rng = np.random.default_rng(seed)
             opts = [text_perturb.order_options(c, tok, tg, rng, self.max_words)
                     for (_, c), (tok, tg) in zip(cases, tagged)]
             emb = cache.texts([o for five in opts for o in five]).view(len(cases), 5, -1)
-            per_seed.append(accuracy(argmax_correct(option_scores(image, emb), answer=0)))
+            correct = argmax_correct(option_scores(image, emb), answer=0)
+            per_seed.append(accuracy(correct))
+            seeds_correct += correct
         headline = {"mean": float(np.mean(per_seed)), "std": float(np.std(per_seed))}
         cats = {f"seed{s}": {"acc": a, "n": len(cases)} for s, a in zip(self.seeds, per_seed)}
-        inst = [{"index": i, "image": name} for i, (name, _) in enumerate(cases)]
+        inst = [{"index": i, "image": name, "seeds_correct": int(k), "seeds": len(self.seeds)}
+                for i, ((name, _), k) in enumerate(zip(cases, seeds_correct))]
         return headline, cats, inst
 

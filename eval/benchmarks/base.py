@@ -8,7 +8,9 @@ calls for every benchmark at once. `score(scorer)` embeds through an `EmbeddingC
 scorer is wrapped in one) and returns a `BenchmarkResult`: `headline` (flat metric name ->
 value, what `eval.api.evaluate` reports as `<benchmark>/<metric>`), `categories` (category ->
 metric -> value, the per-category tables), optional per-instance records, and notes (skipped
-parts and why).
+parts and why). `item_table(records)` rebuilds the per-item values behind the headline metrics
+from those records, grouped by the unit items share (`eval.stats`); `eval.api.run` fills the
+result's `intervals` from it.
 """
 from __future__ import annotations
 
@@ -160,10 +162,14 @@ class BenchmarkResult:
     instances: Optional[list[dict[str, Any]]] = None
     notes: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric -> 95 % (low, high)
+    table: Any = None  # the eval.stats.ItemTable the intervals come from (not serialised here)
 
     def as_dict(self, with_instances: bool = False) -> dict[str, Any]:
         out = {"name": self.name, "headline": self.headline, "categories": self.categories,
                "counts": self.counts, "notes": self.notes}
+        if self.intervals:
+            out["intervals"] = {k: list(v) for k, v in self.intervals.items()}
         if with_instances and self.instances is not None:
             out["instances"] = self.instances
         return out
@@ -223,6 +229,12 @@ class Benchmark:
 
     def _score(self, cache: EmbeddingCache, per_instance: bool) -> BenchmarkResult:
         raise NotImplementedError
+
+    @classmethod
+    def item_table(cls, instances: list[dict]):
+        """The per-item values behind the headline metrics (an `eval.stats.ItemTable`), rebuilt
+        from `_score`'s per-item records; None where the benchmark keeps no records (no intervals)."""
+        return None
 
     def score(self, scorer, per_instance: bool = False, progress: bool = True) -> BenchmarkResult:
         cache = as_cache(scorer, progress=progress)

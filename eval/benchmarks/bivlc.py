@@ -9,10 +9,13 @@ comparisons i2t_pos, i2t_neg, t2i_pos, t2i_neg, overall and per type and type/su
 """
 from __future__ import annotations
 
+import numpy as np
+
 from compclip.eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, Problem
 from compclip.eval.images import DatasetImage
 from compclip.eval.metrics import accuracy, bivlc_correct, group_table
 from compclip.eval.registry import register_benchmark
+from compclip.eval.stats import ItemTable, metric
 
 COLUMNS = ("image", "caption", "negative_caption", "negative_image", "type", "subtype")
 
@@ -72,3 +75,12 @@ class BiVLC(Benchmark):
             instances = [{"row": i, "type": types[i], "subtype": subtypes[i],
                           **{k: bool(m[i]) for k, m in masks.items()}} for i in range(n)]
         return BenchmarkResult(self.name, headline, categories, instances, counts={"instances": n})
+
+    @classmethod
+    def item_table(cls, instances):
+        """Every correctness column over all rows; each row (one 2x2 group) is a cluster."""
+        if not instances:
+            return None
+        columns = [k for k, v in instances[0].items() if isinstance(v, bool)]
+        n = len(instances)
+        return ItemTable(np.arange(n), {k: metric([r[k] for r in instances], np.arange(n)) for k in columns})

@@ -17,6 +17,7 @@ from compclip.eval.benchmarks.base import Benchmark, BenchmarkResult, DataError,
 from compclip.eval.images import FileImage, resolve_files
 from compclip.eval.metrics import accuracy, pair_correct
 from compclip.eval.registry import register_benchmark
+from compclip.eval.stats import ItemTable, cluster_ids, index_by, metric
 
 SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 
@@ -75,7 +76,7 @@ class SugarCrepe(Benchmark):
             neg = cache.texts([r["negative_caption"] for r in items])
             masks[subset] = pair_correct(image, pos, neg)
             if per_instance:
-                instances += [{"subset": subset, "id": r["id"], "correct": bool(c)}
+                instances += [{"subset": subset, "id": r["id"], "image": r["filename"], "correct": bool(c)}
                               for r, c in zip(items, masks[subset])]
         headline = {s: accuracy(m) for s, m in masks.items()}
         for kind in ("replace", "swap", "add"):
@@ -87,3 +88,19 @@ class SugarCrepe(Benchmark):
         categories = {s: {"acc": accuracy(m), "n": len(m)} for s, m in masks.items()}
         return BenchmarkResult(self.name, headline, categories, instances if per_instance else None,
                                counts={s: len(m) for s, m in masks.items()})
+
+    @classmethod
+    def item_table(cls, instances):
+        """Each subset, `replace` / `swap` / `add`, `micro`, `macro`; items sharing an image are one cluster."""
+        if not instances:
+            return None
+        subsets = index_by([r["subset"] for r in instances])
+        values = [r["correct"] for r in instances]
+        out = {s: metric(values, idx) for s, idx in subsets.items()}
+        for kind in ("replace", "swap", "add"):
+            parts = [idx for s, idx in subsets.items() if s.startswith(kind + "_")]
+            if parts:
+                out[kind] = metric(values, np.concatenate(parts))
+        out["micro"] = metric(values, np.arange(len(values)))
+        out["macro"] = metric(values, *subsets.values())
+        return ItemTable(cluster_ids([r["image"] for r in instances]), out)

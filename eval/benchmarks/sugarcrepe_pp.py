@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from compclip.eval.benchmarks.base import Benchmark, BenchmarkResult, images_problem
-from compclip.eval.benchmarks.triplet import read_scpp_json, score_triplets
+from compclip.eval.benchmarks.triplet import read_scpp_json, score_triplets, triplet_table
 from compclip.eval.images import resolve_files
 from compclip.eval.metrics import accuracy
 from compclip.eval.registry import register_benchmark
@@ -61,11 +61,15 @@ class SugarCrepePP(Benchmark):
                 headline[f"{subset}/{m}"] = accuracy(v)
                 all_masks.setdefault(m, []).append(v)
             if per_instance:
-                instances += [{"subset": subset, "source": t.source, **{k: bool(v[i]) for k, v in masks.items()}}
-                              for i, t in enumerate(triplets)]
+                instances += [{"subset": subset, "source": t.source, "image": t.image,
+                               **{k: bool(v[i]) for k, v in masks.items()}} for i, t in enumerate(triplets)]
         for m, parts in all_masks.items():
             headline[f"all/{m}"] = accuracy(np.concatenate(parts))
             headline[f"macro/{m}"] = float(np.mean([accuracy(p) for p in parts]))
         counts = {s: len(t) for s, t in self.subsets.items()}
         return BenchmarkResult(self.name, headline, categories, instances if per_instance else None,
                                notes, counts)
+
+    @classmethod
+    def item_table(cls, instances):
+        return triplet_table(instances, aggregates=True)

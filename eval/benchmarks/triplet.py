@@ -18,6 +18,7 @@ from compclip.eval.benchmarks.base import DataError, read_text
 from compclip.eval.cache import EmbeddingCache
 from compclip.eval.images import FileImage
 from compclip.eval.metrics import triplet_correct
+from compclip.eval.stats import ItemTable, cluster_ids, index_by, metric
 
 
 @dataclass(frozen=True)
@@ -83,3 +84,20 @@ def score_triplets(cache: EmbeddingCache, triplets: list[Triplet],
     n = cache.texts([t.n for t in triplets])
     image = cache.images([FileImage(image_paths[t.image]) for t in triplets]) if image_paths else None
     return triplet_correct(p1, p2, n, image)
+
+
+def triplet_table(instances: list[dict], aggregates: bool) -> Optional[ItemTable]:
+    """Per subset and correctness column `<subset>/<column>`; with `aggregates`, `all/<column>`
+    (every item) and `macro/<column>` (mean over subsets). Items sharing an image are one cluster."""
+    if not instances:
+        return None
+    subsets = index_by([r["subset"] for r in instances])
+    columns = [k for k, v in instances[0].items() if isinstance(v, bool)]
+    out = {}
+    for col in columns:
+        values = [r[col] for r in instances]
+        out.update({f"{s}/{col}": metric(values, idx) for s, idx in subsets.items()})
+        if aggregates:
+            out[f"all/{col}"] = metric(values, np.arange(len(values)))
+            out[f"macro/{col}"] = metric(values, *subsets.values())
+    return ItemTable(cluster_ids([r["image"] for r in instances]), out)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from compclip.eval.benchmarks.base import Benchmark, BenchmarkResult, Problem, changed_problems, files_problem, images_problem
-from compclip.eval.benchmarks.triplet import read_visla_tsv, score_triplets
+from compclip.eval.benchmarks.triplet import read_visla_tsv, score_triplets, triplet_table
 from compclip.eval.images import resolve_files
 from compclip.eval.metrics import accuracy
 from compclip.eval.registry import register_benchmark
@@ -90,7 +90,11 @@ class Visla(TripletImages, Benchmark):
             categories[subset] = {m: accuracy(v) for m, v in masks.items()} | {"n": len(triplets)}
             counts[subset] = len(triplets)
             if per_instance:
-                instances += [{"subset": subset, "source": t.source, **{k: bool(m[i]) for k, m in masks.items()}}
-                              for i, t in enumerate(triplets)]
+                instances += [{"subset": subset, "source": t.source, "image": t.image,
+                               **{k: bool(m[i]) for k, m in masks.items()}} for i, t in enumerate(triplets)]
         return BenchmarkResult(self.name, headline, categories, instances if per_instance else None,
                                notes, counts)
+
+    @classmethod
+    def item_table(cls, instances):
+        return triplet_table(instances, aggregates=False)
