@@ -20,12 +20,16 @@ class NearestCaptionJudge:
 
     def __init__(self, scorer=None):
         self.scorer = scorer  # anything with encode_texts -> L2-normalised rows; MiniLM when None
+        self.seen: dict[str, torch.Tensor] = {}  # each distinct text encoded once
 
     def _encode(self, texts) -> torch.Tensor:
         if self.scorer is None:
             from compclip.eval.scorer import SentenceTransformerScorer
             self.scorer = SentenceTransformerScorer.minilm()
-        return self.scorer.encode_texts(list(texts)).float()
+        new = list(dict.fromkeys(t for t in texts if t not in self.seen))
+        if new:
+            self.seen.update(zip(new, self.scorer.encode_texts(new).float()))
+        return torch.stack([self.seen[t] for t in texts]) if len(texts) else torch.empty(0, 1)
 
     def fit(self, corpus, groups) -> None:
         self.corpus = self._encode(corpus)
