@@ -15,7 +15,6 @@ from typing import Protocol, Sequence
 import numpy as np
 
 
-
 class Judge(Protocol):
     name: str
     about: str  # one line for the report's notes

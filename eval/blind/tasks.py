@@ -22,10 +22,10 @@ from typing import Optional
 
 import numpy as np
 
+from compclip.errors import InputError
 from compclip.eval.benchmarks.aro import order_options, order_summary, vg_summary
 from compclip.eval.benchmarks.base import BenchmarkResult, MissingData
 from compclip.eval.benchmarks.sugarcrepe import sugarcrepe_headline
-from compclip.errors import InputError
 from compclip.eval.blind import JUDGES, make_judge
 from compclip.eval.metrics import accuracy, argmax_correct, group_table
 from compclip.eval.registry import get_benchmark
@@ -154,7 +154,7 @@ def check_blind(judges: list[str], benchmarks: list[str], data_root, options: Op
 
 
 def run_blind(judges: list[str], benchmarks: list[str], data_root, options: Optional[dict] = None,
-              ) -> dict[str, dict[str, "BenchmarkResult"]]:
+              ) -> dict[str, dict[str, BenchmarkResult]]:
     """{"blind:<judge>": {benchmark: BenchmarkResult}} for every judge and benchmark asked for.
 
     Benchmarks in `TASKS` are loaded text-only (their files checked first: `MissingData` lists
