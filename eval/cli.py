@@ -13,7 +13,8 @@ pointer file (`runs/NAME/checkpoints/best`), a run's `checkpoints/` folder or th
 every `--pretrained` (the architecture is read from each checkpoint); otherwise each `--model`
 pairs with the `--pretrained` at the same position, and one that contradicts its checkpoint is
 refused. Models load through `models.load_model` (QuickGELU guard included). `--text-model
-minilm` (or a sentence-transformers folder) adds a text-only scorer. All models are scored on
+minilm` (or a sentence-transformers folder) adds a text-only scorer. `--blind minilm,ngram,length`
+adds image-free baseline rows `blind:<judge>` (`eval.blind`). All models are scored on
 the same benchmarks and reported side by side (`eval.report`). `--precision fp16` scores as the
 ARO / SugarCrepe++ reference scripts do for OpenAI CLIP and NegCLIP (`eval.precision`).
 Scores of checkpoint files and pinned open_clip tags are kept per benchmark in a score cache
@@ -134,8 +135,8 @@ def _options(text: str | None) -> dict:
 
 def cmd_score(args) -> int:
     from compclip.eval.api import check_data, flatten, run as run_benchmarks, validate_names
-    if not (args.model or args.pretrained or args.text_model):
-        raise InputError("give at least one --pretrained (with or without --model) or --text-model")
+    if not (args.model or args.pretrained or args.text_model or args.blind):
+        raise InputError("give at least one --pretrained (with or without --model), --text-model or --blind")
     check_device(args.device)
     options = _options(args.options)
     if not args.benchmarks:
@@ -143,7 +144,12 @@ def cmd_score(args) -> int:
     validate_names(args.benchmarks, options)  # names first: a typo costs no model load
     # every file of every benchmark (image scorers need the images), then every model argument,
     # all before any model is loaded; the data check imports no open_clip, so it answers first
-    check_data(args.benchmarks, args.data_root, options, require_images=bool(args.model or args.pretrained))
+    images = bool(args.model or args.pretrained)
+    if args.blind:  # also the judge names and the text files the blind rows read
+        from compclip.eval.blind.tasks import check_blind
+        check_blind(args.blind, args.benchmarks, args.data_root, options, require_images=images)
+    else:
+        check_data(args.benchmarks, args.data_root, options, require_images=images)
     checked = _model_args(args)
     _check_weights(checked)
     results, failed = {}, {}
@@ -162,6 +168,12 @@ def cmd_score(args) -> int:
             failed.setdefault(name, (label, err))
         for k, v in flatten(results[label]).items():
             print(f"{label}\t{k}\t{v:.4f}")
+    if args.blind:
+        from compclip.eval.blind.tasks import run_blind
+        for label, blind in run_blind(args.blind, args.benchmarks, args.data_root, options).items():
+            results[label] = blind
+            for k, v in flatten(blind).items():
+                print(f"{label}\t{k}\t{v:.4f}")
     if args.out:
         from compclip.eval.report import write_reports
         written = write_reports(results, args.out, per_instance=args.per_instance, plots=not args.no_plots)
@@ -252,6 +264,9 @@ def make_main_parser() -> argparse.ArgumentParser:
                         "(runs/NAME/checkpoints/best), a run's checkpoints/ folder or the run folder (its latest)")
     s.add_argument("--text-model", action="append", metavar="NAME",
                    help="'minilm' or a sentence-transformers folder (repeat for several)")
+    s.add_argument("--blind", action=CommaList, metavar="JUDGES",
+                   help="add image-free baseline rows 'blind:<judge>': comma-separated minilm, ngram, length "
+                        "(docs/eval.md, Blind baselines)")
     s.add_argument("--label", action="append",
                    help="display name per model, in order; models without one are shown as ARCH:WEIGHTS")
     s.add_argument("--lineage", default="auto", choices=["auto", "openai", "other"],

@@ -233,14 +233,13 @@ class ARO(Benchmark):
         inst = [{"index": i, "category": g, "image": it["image_path"], "correct": bool(c)}
                 for i, (it, g, c) in enumerate(zip(items, groups, correct))]
         return headline, cats, inst
+        return vg_summary(part, items, argmax_correct(option_scores(image, options), answer=1))
 
     def _score_order(self, cache, part, cases, tagged, paths):
         image = cache.images([FileImage(paths[name]) for name, _ in cases]) if cases else None
         per_seed, seeds_correct = [], np.zeros(len(cases), dtype=np.int64)
         for seed in self.seeds:
-            rng = np.random.default_rng(seed)
-            opts = [text_perturb.order_options(c, tok, tg, rng, self.max_words)
-                    for (_, c), (tok, tg) in zip(cases, tagged)]
+            opts = order_options(cases, tagged, seed, self.max_words)
             emb = cache.texts([o for five in opts for o in five]).view(len(cases), 5, -1)
             correct = argmax_correct(option_scores(image, emb), answer=0)
             per_seed.append(accuracy(correct))
@@ -250,4 +249,37 @@ class ARO(Benchmark):
         inst = [{"index": i, "image": name, "seeds_correct": int(k), "seeds": len(self.seeds)}
                 for i, ((name, _), k) in enumerate(zip(cases, seeds_correct))]
         return headline, cats, inst
+            per_seed.append(accuracy(argmax_correct(option_scores(image, emb), answer=0)))
+        return order_summary(self.seeds, per_seed, cases)
+
+
+def order_options(cases, tagged, seed: int, max_words: int) -> list[list[str]]:
+    """Per caption [true, 4 perturbations] for one seed (`text_perturb.order_options`)."""
+    rng = np.random.default_rng(seed)
+    return [text_perturb.order_options(c, tok, tg, rng, max_words) for (_, c), (tok, tg) in zip(cases, tagged)]
+
+
+def order_summary(seeds, per_seed: list[float], cases):
+    """(headline mean / std over seeds, per-seed table, per-caption records)."""
+    headline = {"mean": float(np.mean(per_seed)), "std": float(np.std(per_seed))}
+    cats = {f"seed{s}": {"acc": a, "n": len(cases)} for s, a in zip(seeds, per_seed)}
+    inst = [{"index": i, "image": name} for i, (name, _) in enumerate(cases)]
+    return headline, cats, inst
+
+
+def vg_summary(part: str, items: list[dict], correct: np.ndarray):
+    """(headline macro / micro, per-category table, per-item records) of a VG part's correct mask."""
+    if part == "vg_relation":
+        groups = [it["relation_name"] for it in items]
+        table = per_group(correct, groups)
+        value, kept = macro(table, exclude=SYMMETRIC_RELATIONS)
+    else:
+        groups = [f"{it['attributes'][0]}_{it['attributes'][1]}" for it in items]
+        table = per_group(correct, groups)
+        value, kept = macro(table, min_count=MIN_ATTRIBUTE_PAIR)
+    kept_mask = np.isin(np.asarray(groups), kept)
+    headline = {"macro": value, "micro": accuracy(correct[kept_mask])}
+    cats = {g: {"acc": a, "n": n, "kept": float(g in kept)} for g, (a, n) in table.items()}
+    inst = [{"index": i, "category": g, "correct": bool(c)} for i, (g, c) in enumerate(zip(groups, correct))]
+    return headline, cats, inst
 

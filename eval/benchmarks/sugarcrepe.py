@@ -40,6 +40,18 @@ def read_sugarcrepe_json(path) -> list[dict]:
     return out
 
 
+def sugarcrepe_headline(masks: dict[str, np.ndarray]) -> dict[str, float]:
+    """Each subset's accuracy, `replace` / `swap` / `add` (micro over their subsets), `micro`, `macro`."""
+    headline = {s: accuracy(m) for s, m in masks.items()}
+    for kind in ("replace", "swap", "add"):
+        parts = [m for s, m in masks.items() if s.startswith(kind + "_")]
+        if parts:
+            headline[kind] = accuracy(np.concatenate(parts))
+    headline["micro"] = accuracy(np.concatenate(list(masks.values())))
+    headline["macro"] = float(np.mean([accuracy(m) for m in masks.values()]))
+    return headline
+
+
 @register_benchmark
 class SugarCrepe(Benchmark):
     name = "sugarcrepe"
@@ -78,13 +90,7 @@ class SugarCrepe(Benchmark):
             if per_instance:
                 instances += [{"subset": subset, "id": r["id"], "image": r["filename"], "correct": bool(c)}
                               for r, c in zip(items, masks[subset])]
-        headline = {s: accuracy(m) for s, m in masks.items()}
-        for kind in ("replace", "swap", "add"):
-            parts = [m for s, m in masks.items() if s.startswith(kind + "_")]
-            if parts:
-                headline[kind] = accuracy(np.concatenate(parts))
-        headline["micro"] = accuracy(np.concatenate(list(masks.values())))
-        headline["macro"] = float(np.mean([accuracy(m) for m in masks.values()]))
+        headline = sugarcrepe_headline(masks)
         categories = {s: {"acc": accuracy(m), "n": len(m)} for s, m in masks.items()}
         return BenchmarkResult(self.name, headline, categories, instances if per_instance else None,
                                counts={s: len(m) for s, m in masks.items()})
