@@ -21,7 +21,7 @@ def demo():
 
 
 def _args(**kw):
-    base = dict(samples=0, epochs=0, bench_scale=1.0, arch="demo-vit-64", size=64,
+    base = dict(samples=0, epochs=0, bench_scale=1.0, arch="demo-vit-64", size=64, leftright_fraction=None,
                 recipes=["demo_clip_ft", "demo_negclip", "demo_trohn_text", "demo_trohn_img"])
     base.update(kw)
     return argparse.Namespace(**base)
@@ -70,6 +70,18 @@ def test_another_architecture_reaches_every_step(demo, tmp_path):
     assert not any(c.startswith("model.arch=") for c in default.train_cmd("demo_clip_ft"))
     from compclip.models.registry import TINY_ARCHS
     assert "demo-vit-96-wide" in TINY_ARCHS
+
+
+def test_leftright_fraction_reaches_the_world_build_only_when_given(demo, tmp_path):
+    worlds = []
+    for i, fraction in enumerate((None, 0.02)):
+        seed = demo.Seed(tmp_path / str(i), 0, _args(leftright_fraction=fraction))
+        seed.run = lambda name, cmd, threads=2, step="": worlds.append(cmd)
+        seed.build_world()
+    assert "--leftright-fraction" not in worlds[0]
+    assert worlds[1][worlds[1].index("--leftright-fraction") + 1] == "0.02"
+    assert worlds[1][:worlds[1].index("--leftright-fraction")] == [
+        c.replace(str(tmp_path / "0"), str(tmp_path / "1")) for c in worlds[0]]
 
 
 def test_summary_uses_the_last_epoch_and_differences_to_the_control(demo, tmp_path):
