@@ -217,6 +217,52 @@ def test_probes_name_a_world_without_shards(tmp_path, capsys):
         probes.main(["negatives", str(tmp_path), "missing.pt"])
 
 
+def test_pair_probe_is_50_percent_for_a_relation_blind_text_tower_and_100_for_an_oracle():
+    """`pair_probe`: a text tower that maps a caption and its mirrored caption to one point makes
+    both prefer the same image, exactly one of the two right (50 %); one that knows each
+    caption's own image scores 100 %."""
+    import io
+    import numpy as np
+    import torch
+    from PIL import Image
+    from compclip.datagen.world.shards import make_sample
+    from compclip.datagen.world.splits import Split
+    spec = importlib.util.spec_from_file_location("demo_probes", ROOT / "launch" / "demo_probes.py")
+    probes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probes)
+    split = Split.make(0)
+    samples = []
+    for i in range(6):
+        s = make_sample(i, 0, split, partner="mirrored")
+        samples.append({"jpg": s.image, "txt": s.caption.encode(), "partner.jpg": s.partner.image,
+                        "partner.txt": s.partner.caption.encode()})
+    project = torch.randn(3 * 64 * 64, 8, generator=torch.Generator().manual_seed(0))
+
+    def to_tensor(image):
+        return torch.from_numpy(np.asarray(image, dtype=np.float32)).permute(2, 0, 1) / 255
+    image_of = {}
+    for s in samples:  # each caption's own image, for the oracle
+        for img, cap in ((s["jpg"], s["txt"]), (s["partner.jpg"], s["partner.txt"])):
+            image_of[cap.decode()] = to_tensor(Image.open(io.BytesIO(img)).convert("RGB"))
+
+    class Model:
+        def __init__(self, oracle: bool):
+            self.oracle = oracle
+
+        def encode_image(self, x):
+            return x.flatten(1) @ project
+
+        def encode_text(self, texts):
+            if self.oracle:
+                return self.encode_image(torch.stack([image_of[t] for t in texts]))
+            return torch.ones(len(texts), 8)  # every caption the same point
+
+    blind = probes.pair_probe(Model(False), to_tensor, list, samples)
+    assert blind["partner_acc"] == 50.0 and abs(blind["cos_caption_mirrored"] - 1) < 1e-6
+    oracle = probes.pair_probe(Model(True), to_tensor, list, samples)
+    assert oracle["partner_acc"] == 100.0 and oracle["pairs"] == 6
+
+
 def test_start_metrics_overrides_pass_the_recipe_checks(demo):
     """The base model's start numbers load each finetune recipe without benchmarks: its
     `checkpoint.best_metric` (a benchmark metric) must go too, or the pre-flight refuses it."""
