@@ -280,7 +280,9 @@ class Seed:
         self.say("world")
         self.run("world", [sys.executable, "-m", "compclip.datagen", "world", "build", "--out", str(self.world),
                            "--seed", str(self.seed), "--negatives", "--partners", "all",
-                           "--bench-scale", str(self.args.bench_scale), "--size", str(self.args.size)], step="world")
+                           "--bench-scale", str(self.args.bench_scale), "--size", str(self.args.size)]
+                 + ([] if self.args.leftright_fraction is None
+                    else ["--leftright-fraction", str(self.args.leftright_fraction)]), step="world")
         self.finished("world")
         return True
 
@@ -719,6 +721,10 @@ def main(argv: list[str] | None = None) -> int:
                              "larger-architecture run of docs/demo.md, with --size 96)")
     parser.add_argument("--size", type=int, default=64,
                         help="image side of the world in pixels (the architecture's image size)")
+    parser.add_argument("--leftright-fraction", type=float, default=None, metavar="F",
+                        help="share of the world's training captions (the base model's and the "
+                             "finetunes' data) that state a left/right relation (world build); "
+                             "default: the world's own mix")
     parser.add_argument("--recipes", nargs="+", choices=FINETUNES, default=list(FINETUNES),
                         help="finetunes to run (the control is always run)")
     parser.add_argument("--progress-every", type=float, default=30.0,

@@ -37,6 +37,32 @@ def read_samples(shard_set: Path, n: int) -> list[dict[str, bytes]]:
     return [samples[k] for k in sorted(samples)[:n]]
 
 
+def pair_probe(model, preprocess, tokenizer, samples: list[dict[str, bytes]]) -> dict[str, float]:
+    """The `pairs` numbers of one model over mirrored samples (eval transform, no gradients)."""
+    import torch
+    from PIL import Image
+    norm = torch.nn.functional.normalize
+
+    def images(items):
+        return norm(model.encode_image(torch.stack(
+            [preprocess(Image.open(io.BytesIO(x)).convert("RGB")) for x in items])), dim=-1)
+
+    def texts(items):
+        return norm(torch.cat([model.encode_text(tokenizer(items[i:i + 512]))
+                               for i in range(0, len(items), 512)]), dim=-1)
+
+    with torch.no_grad():
+        img, flip = images([s["jpg"] for s in samples]), images([s["partner.jpg"] for s in samples])
+        cap = texts([s["txt"].decode() for s in samples])
+        mir = texts([s["partner.txt"].decode() for s in samples])
+    right = (((img * cap).sum(1) > (flip * cap).sum(1)).float().mean()
+             + ((flip * mir).sum(1) > (img * mir).sum(1)).float().mean()) / 2
+    return {"cos_caption_mirrored": float((cap * mir).sum(1).mean()),
+            "cos_image_flipped": float((img * flip).sum(1).mean()),
+            "cos_random_captions": float((cap * cap.roll(1, 0)).sum(1).mean()),
+            "partner_acc": 100 * float(right), "pairs": len(samples)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python launch/demo_probes.py", description=__doc__.splitlines()[0])
     parser.add_argument("probe", choices=["pairs", "negatives"])
@@ -68,15 +94,11 @@ def main(argv: list[str] | None = None) -> int:
 
         with torch.no_grad():
             if args.probe == "pairs":
-                img, flip = embed_images([s["jpg"] for s in samples]), embed_images([s["partner.jpg"] for s in samples])
-                cap = embed_texts([s["txt"].decode() for s in samples])
-                mir = embed_texts([s["partner.txt"].decode() for s in samples])
-                right = (((img * cap).sum(1) > (flip * cap).sum(1)).float().mean()
-                         + ((flip * mir).sum(1) > (img * mir).sum(1)).float().mean()) / 2
-                print(f"{ckpt}: cos(caption, mirrored caption) {float((cap * mir).sum(1).mean()):.4f}, "
-                      f"cos(image, flipped image) {float((img * flip).sum(1).mean()):.4f}, "
-                      f"cos(random captions) {float((cap * cap.roll(1, 0)).sum(1).mean()):.4f}, "
-                      f"partner acc {100 * float(right):.1f} % ({len(samples)} pairs)")
+                p = pair_probe(model, pre, tok, samples)
+                print(f"{ckpt}: cos(caption, mirrored caption) {p['cos_caption_mirrored']:.4f}, "
+                      f"cos(image, flipped image) {p['cos_image_flipped']:.4f}, "
+                      f"cos(random captions) {p['cos_random_captions']:.4f}, "
+                      f"partner acc {p['partner_acc']:.1f} % ({p['pairs']} pairs)")
             else:
                 img = embed_images([s["jpg"] for s in samples])
                 texts = [s["txt"].decode() for s in samples]

@@ -21,7 +21,7 @@ def demo():
 
 
 def _args(**kw):
-    base = dict(samples=0, epochs=0, bench_scale=1.0, arch="demo-vit-64", size=64,
+    base = dict(samples=0, epochs=0, bench_scale=1.0, arch="demo-vit-64", size=64, leftright_fraction=None,
                 recipes=["demo_clip_ft", "demo_negclip", "demo_trohn_text", "demo_trohn_img"])
     base.update(kw)
     return argparse.Namespace(**base)
@@ -70,6 +70,18 @@ def test_another_architecture_reaches_every_step(demo, tmp_path):
     assert not any(c.startswith("model.arch=") for c in default.train_cmd("demo_clip_ft"))
     from compclip.models.registry import TINY_ARCHS
     assert "demo-vit-96-wide" in TINY_ARCHS
+
+
+def test_leftright_fraction_reaches_the_world_build_only_when_given(demo, tmp_path):
+    worlds = []
+    for i, fraction in enumerate((None, 0.02)):
+        seed = demo.Seed(tmp_path / str(i), 0, _args(leftright_fraction=fraction))
+        seed.run = lambda name, cmd, threads=2, step="": worlds.append(cmd)
+        seed.build_world()
+    assert "--leftright-fraction" not in worlds[0]
+    assert worlds[1][worlds[1].index("--leftright-fraction") + 1] == "0.02"
+    assert worlds[1][:worlds[1].index("--leftright-fraction")] == [
+        c.replace(str(tmp_path / "0"), str(tmp_path / "1")) for c in worlds[0]]
 
 
 def test_summary_uses_the_last_epoch_and_differences_to_the_control(demo, tmp_path):
@@ -203,6 +215,52 @@ def test_probes_name_a_world_without_shards(tmp_path, capsys):
     (tmp_path / "train").mkdir()
     with pytest.raises(SystemExit, match="holds no .tar shards"):
         probes.main(["negatives", str(tmp_path), "missing.pt"])
+
+
+def test_pair_probe_is_50_percent_for_a_relation_blind_text_tower_and_100_for_an_oracle():
+    """`pair_probe`: a text tower that maps a caption and its mirrored caption to one point makes
+    both prefer the same image, exactly one of the two right (50 %); one that knows each
+    caption's own image scores 100 %."""
+    import io
+    import numpy as np
+    import torch
+    from PIL import Image
+    from compclip.datagen.world.shards import make_sample
+    from compclip.datagen.world.splits import Split
+    spec = importlib.util.spec_from_file_location("demo_probes", ROOT / "launch" / "demo_probes.py")
+    probes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probes)
+    split = Split.make(0)
+    samples = []
+    for i in range(6):
+        s = make_sample(i, 0, split, partner="mirrored")
+        samples.append({"jpg": s.image, "txt": s.caption.encode(), "partner.jpg": s.partner.image,
+                        "partner.txt": s.partner.caption.encode()})
+    project = torch.randn(3 * 64 * 64, 8, generator=torch.Generator().manual_seed(0))
+
+    def to_tensor(image):
+        return torch.from_numpy(np.asarray(image, dtype=np.float32)).permute(2, 0, 1) / 255
+    image_of = {}
+    for s in samples:  # each caption's own image, for the oracle
+        for img, cap in ((s["jpg"], s["txt"]), (s["partner.jpg"], s["partner.txt"])):
+            image_of[cap.decode()] = to_tensor(Image.open(io.BytesIO(img)).convert("RGB"))
+
+    class Model:
+        def __init__(self, oracle: bool):
+            self.oracle = oracle
+
+        def encode_image(self, x):
+            return x.flatten(1) @ project
+
+        def encode_text(self, texts):
+            if self.oracle:
+                return self.encode_image(torch.stack([image_of[t] for t in texts]))
+            return torch.ones(len(texts), 8)  # every caption the same point
+
+    blind = probes.pair_probe(Model(False), to_tensor, list, samples)
+    assert blind["partner_acc"] == 50.0 and abs(blind["cos_caption_mirrored"] - 1) < 1e-6
+    oracle = probes.pair_probe(Model(True), to_tensor, list, samples)
+    assert oracle["partner_acc"] == 100.0 and oracle["pairs"] == 6
 
 
 def test_start_metrics_overrides_pass_the_recipe_checks(demo):

@@ -1,6 +1,7 @@
 """The synthetic world's outputs: one build, then training shards (schema, held-out leaks,
 partners, resume) and every benchmark file read back in its real on-disk format."""
 import csv
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -19,7 +20,7 @@ from compclip.datagen.world.cli import build, main
 from compclip.datagen.world.edits import mirror_scene
 from compclip.datagen.world.layout import Layout, Placed
 from compclip.datagen.world.scene import Obj
-from compclip.datagen.world.shards import write_train_set
+from compclip.datagen.world.shards import leftright_samples, make_sample, write_train_set
 
 SCALE = 0.1
 TRAIN = 120
@@ -140,6 +141,59 @@ def test_resume_is_byte_identical(tmp_path, monkeypatch):
     assert [p.name for p in full] == [p.name for p in resumed] and len(full) == 5
     for a, b in zip(full, resumed):
         assert a.read_bytes() == b.read_bytes(), a.name
+
+
+def _viewer_side_true(caption: str, meta: dict) -> bool:
+    """Every left/right relation the caption states holds from the viewer's side: the subject's
+    centre is left (smaller x) of the object's for "left", right of it for "right"."""
+    cx = {(o["colour"], o["shape"]): p["cx"] for o, p in zip(meta["scene"]["objects"], meta["layout"])}
+    scene = parse(caption)
+    pairs = [(cx[scene.objects[r.subject].binding], r.relation, cx[scene.objects[r.object].binding])
+             for r in scene.relations if r.relation in ("left", "right")]
+    return bool(pairs) and all((a < b) if rel == "left" else (a > b) for a, rel, b in pairs)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.25, 1.0])
+def test_leftright_fraction_sets_the_share_of_left_right_captions(tmp_path, fraction):
+    n = 40
+    manifest = write_train_set(tmp_path, n, 1, Split.make(1), leftright_fraction=fraction,
+                               shard_size=50, progress=False)
+    assert manifest["features"]["leftright_fraction"] == fraction
+    samples = list(_samples(tmp_path))
+    assert len(samples) == n
+    stated = {int(s.key) for s in samples if {"left", "right"} & set(s.caption.lower().split())}
+    assert stated == leftright_samples(n, 1, fraction) and len(stated) == round(fraction * n)
+    for s in samples:
+        if int(s.key) in stated:
+            assert _viewer_side_true(s.caption, s.meta), s.caption
+
+
+def test_viewer_side_check_catches_a_mirrored_caption():
+    """Positive control: the mirrored partner's caption is false of the unflipped image."""
+    s = make_sample(0, 1, Split.make(1), partner="mirrored")
+    assert _viewer_side_true(s.caption, s.meta) and not _viewer_side_true(s.partner.caption, s.meta)
+
+
+def test_without_leftright_fraction_the_training_set_is_unchanged(world, tmp_path):
+    """Captions and scenes of the first 40 samples of seed 1, as the world wrote them before the
+    option existed (the hash was taken from that code)."""
+    split = Split.make(1)
+    samples = [make_sample(i, 1, split) for i in range(40)]
+    digest = hashlib.sha256(json.dumps([[s.caption, s.meta] for s in samples], sort_keys=True).encode())
+    assert digest.hexdigest() == "9df52cec1e84d607c2539b3f1d38fd8ddaac9bbecd943c6a7d5575e89e5a1c79"
+    share = sum({"left", "right"} & set(s.caption.lower().split()) != set() for s in samples) / len(samples)
+    assert 0.35 < share < 0.65  # the world's own mix: about half
+    manifest = write_train_set(tmp_path, 5, 1, split, shard_size=50, progress=False)
+    assert "leftright_fraction" not in manifest["features"]
+    options = json.loads((world[0] / "build_options.json").read_text())["options"]
+    assert "--leftright-fraction" not in options and "--seed" in options
+
+
+def test_leftright_fraction_bad_values_are_refused(tmp_path, capsys):
+    assert main(["build", "--out", str(tmp_path / "w"), "--leftright-fraction", "1.5", "--quiet"]) == 2
+    assert "--leftright-fraction 1.5: must be between 0 and 1" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="without partners"):
+        write_train_set(tmp_path / "m", 5, 1, Split.make(1), partner="mirrored", leftright_fraction=0.5)
 
 
 # ---------------------------------------------------------------------------- benchmarks

@@ -2,7 +2,9 @@
 and every benchmark set.
 
     DIR/split.json              held-out compositions (splits.py)
-    DIR/train/                  shard set: images + captions (+ negatives with --negatives)
+    DIR/train/                  shard set: images + captions (+ negatives with --negatives;
+                                --leftright-fraction F: that share of its captions state a
+                                left/right relation, the others none)
     DIR/train_generated/        with --partners generated|all: + negatives + generated partners
     DIR/train_mirrored/         with --partners mirrored|all: + mirrored partners
     DIR/object_bank/            single objects (held-out bindings excluded) + backgrounds
@@ -37,13 +39,21 @@ OPTIONS = "build_options.json"  # the options that change the output, written wh
 
 
 def build_options(seed: int, train_size: int, size: int, negatives: bool, partners: str,
-                  bench_scale: float, max_count: int) -> dict:
-    """The options of `build` that change what it writes, by their command-line names."""
-    return {"--seed": seed, "--train-size": train_size, "--size": size, "--negatives": negatives,
-            "--partners": partners, "--bench-scale": bench_scale, "--max-count": max_count}
+                  bench_scale: float, max_count: int, leftright_fraction: float | None = None) -> dict:
+    """The options of `build` that change what it writes, by their command-line names
+    (`--leftright-fraction` only when given, so a build without it records what it always did)."""
+    options = {"--seed": seed, "--train-size": train_size, "--size": size, "--negatives": negatives,
+               "--partners": partners, "--bench-scale": bench_scale, "--max-count": max_count}
+    if leftright_fraction is not None:
+        options["--leftright-fraction"] = leftright_fraction
+    return options
 
 
-def _check(train_size: int, size: int, partners: str, bench_scale: float, max_count: int) -> None:
+def _check(train_size: int, size: int, partners: str, bench_scale: float, max_count: int,
+           leftright_fraction: float | None = None) -> None:
+    if leftright_fraction is not None and not 0 <= leftright_fraction <= 1:
+        raise InputError(f"--leftright-fraction {leftright_fraction}: must be between 0 and 1 "
+                         f"(the share of DIR/train's captions that state a left/right relation)")
     if partners not in PARTNER_CHOICES:
         raise InputError(f"--partners {partners}: not one of {', '.join(PARTNER_CHOICES)}")
     if size < MIN_SIZE:
@@ -58,10 +68,12 @@ def _check(train_size: int, size: int, partners: str, bench_scale: float, max_co
 
 def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
           size: int = DEFAULT_SIZE, negatives: bool = False, partners: str = "none",
-          bench_scale: float = 1.0, shard_size: int = 1000, progress: bool = True) -> dict:
+          bench_scale: float = 1.0, shard_size: int = 1000, progress: bool = True,
+          leftright_fraction: float | None = None) -> dict:
     """Write everything for one seed under `out`; returns the run summary (also world.json).
-    `shard_size`: samples per shard (`--max-count`)."""
-    _check(train_size, size, partners, bench_scale, shard_size)
+    `shard_size`: samples per shard (`--max-count`); `leftright_fraction`: the share of
+    DIR/train's captions that state a left/right relation (None: the world's own mix)."""
+    _check(train_size, size, partners, bench_scale, shard_size, leftright_fraction)
     from compclip.datagen.outlock import hold
     from compclip.shardset.shards import pin_options
     from compclip.datagen.world.bank import write_object_bank
@@ -71,7 +83,7 @@ def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
     out = Path(out)
     with hold(out):  # one writer at a time in `out`, released however the build ends
         options = pin_options(out, build_options(seed, train_size, size, negatives, partners,
-                                                 bench_scale, shard_size), OPTIONS)
+                                                 bench_scale, shard_size, leftright_fraction), OPTIONS)
         kinds = list(PARTNERS) if partners == "all" else [] if partners == "none" else [partners]
         split = Split.make(seed)
         split.save(out, seed=seed)
@@ -94,7 +106,8 @@ def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
         for name, kind in sets:
             manifest = timed(name, lambda: write_train_set(
                 out / name, train_size, seed, split, size, with_negatives=negatives,
-                partner=kind, shard_size=shard_size, progress=progress))
+                partner=kind, shard_size=shard_size, progress=progress,
+                leftright_fraction=leftright_fraction if kind is None else None))
             summary["sets"][name] = sum(s["samples"] for s in manifest["shards"])
         bank = timed("object_bank", lambda: write_object_bank(
             out / "object_bank", size=size, seed=seed, exclude=split.bindings))
@@ -123,6 +136,10 @@ def build_parser(prog: str = "python -m datagen world"):
     b.add_argument("--partners", default="none", choices=PARTNER_CHOICES,
                    help="also write DIR/train_<kind> with partner images")
     b.add_argument("--bench-scale", type=float, default=1.0, help="multiply benchmark sizes")
+    b.add_argument("--leftright-fraction", type=float, default=None, metavar="F",
+                   help="share of DIR/train's captions that state a left/right relation (true from "
+                        "the viewer's side; the others state none); default: the world's own mix, "
+                        "about half")
     count = b.add_argument("--max-count", type=int, default=1000, help="samples per tar shard")
     rename(b, "--shard-size", count)
     b.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -155,7 +172,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m datagen world") -
     if args.cmd == "build":
         def work() -> int:
             summary = build(args.out, args.seed, args.train_size, args.size, args.negatives,
-                            args.partners, args.bench_scale, args.max_count, progress=not args.quiet)
+                            args.partners, args.bench_scale, args.max_count, progress=not args.quiet,
+                            leftright_fraction=args.leftright_fraction)
             print(json.dumps(summary, indent=1))  # results on stdout (docs/cli.md)
             return 0
         return run(work)

@@ -9,6 +9,12 @@ negatives (edits.py; kind/subkind labelled, true by construction) and a partner:
 `generated` renders one negative caption's scene (`negative_index` points at it; the positive
 caption is false of that image, read exhaustively as the world's captions are written), `mirrored` is the image flipped left-right with the caption of
 the mirrored scene (those sets draw scenes with a left/right relation, so the caption changes).
+
+`leftright_fraction` (a set without partners, e.g. the pretraining set DIR/train) fixes how many
+captions state a left/right relation: exactly `round(fraction * n)` samples, chosen by the seed,
+are scenes whose first relation is left/right (their caption states it, true from the viewer's
+side, as every world caption is), and every other sample states no left/right relation (above /
+below or none). Without it (None) about half the captions state one, as the world always did.
 """
 from __future__ import annotations
 
@@ -44,13 +50,21 @@ def layout_json(layout: Layout) -> list[dict]:
     return [{"cx": round(p.cx, 2), "cy": round(p.cy, 2), "r": round(p.r, 2)} for p in layout.objects]
 
 
-def train_scene(rng: random.Random, split: Split, size: int, horizontal: bool = False
-                ) -> tuple[Scene, Layout]:
-    """A training scene and layout with no held-out composition in caption, image or mirror."""
+def states_leftright(scene: Scene) -> bool:
+    """Does the scene (and so its caption) state a left/right relation?"""
+    return any(r.relation in ("left", "right") for r in scene.relations)
+
+
+def train_scene(rng: random.Random, split: Split, size: int, horizontal: bool = False,
+                no_leftright: bool = False) -> tuple[Scene, Layout]:
+    """A training scene and layout with no held-out composition in caption, image or mirror;
+    `horizontal`: its first relation is left/right; `no_leftright`: it states no left/right."""
     while True:
         n = 3 if rng.random() < 0.2 else 2
         scene = random_scene(rng, n_objects=n, related=horizontal or rng.random() < 0.85)
         if horizontal and scene.relations[0].relation not in ("left", "right"):
+            continue
+        if no_leftright and states_leftright(scene):
             continue
         if not split.train_ok(scene) or (horizontal and not split.train_ok(mirror_scene(scene))):
             continue
@@ -60,10 +74,12 @@ def train_scene(rng: random.Random, split: Split, size: int, horizontal: bool = 
 
 
 def make_sample(i: int, seed: int, split: Split, size: int = 64, with_negatives: bool = False,
-                partner: Optional[str] = None) -> ShardSample:
-    """Training sample `i`, from its own seed alone."""
+                partner: Optional[str] = None, leftright: Optional[bool] = None) -> ShardSample:
+    """Training sample `i`, from its own seed alone. `leftright`: True, a scene that states a
+    left/right relation; False, one that states none; None, either (the world's own mix)."""
     rng = random.Random(f"world-train:{seed}:{i}")
-    scene, layout = train_scene(rng, split, size, horizontal=partner == "mirrored")
+    scene, layout = train_scene(rng, split, size, horizontal=partner == "mirrored" or leftright is True,
+                                no_leftright=leftright is False)
     image = draw_layout(layout, rng)
     style = random_style(rng)
     caption = describe(scene, style)
@@ -102,13 +118,26 @@ def _generated_partner(scene: Scene, edited: list, split: Split, size: int,
     return None
 
 
+def leftright_samples(n: int, seed: int, fraction: float) -> set[int]:
+    """The `round(fraction * n)` sample indices of a set that state a left/right relation."""
+    return set(random.Random(f"world-leftright:{seed}").sample(range(n), round(fraction * n)))
+
+
 def write_train_set(out_dir: str | Path, n: int, seed: int, split: Split, size: int = 64,
                     with_negatives: bool = False, partner: Optional[str] = None,
-                    shard_size: int = 1000, progress: bool = True) -> dict:
+                    shard_size: int = 1000, progress: bool = True,
+                    leftright_fraction: Optional[float] = None) -> dict:
     """Write (or resume) a training shard set of `n` samples; returns the manifest."""
     out_dir = Path(out_dir)
     features = {"negatives": bool(with_negatives or partner == "generated"),
                 "partner": partner, "source": SOURCE, "seed": seed, "size": size, "samples": n}
+    lr_set: Optional[set[int]] = None
+    if leftright_fraction is not None:
+        if partner is not None or not 0 <= leftright_fraction <= 1:
+            raise ValueError(f"leftright_fraction {leftright_fraction}: a number in [0, 1], "
+                             f"for a set without partners (not '{partner}')")
+        features["leftright_fraction"] = leftright_fraction
+        lr_set = leftright_samples(n, seed, leftright_fraction)
     if (out_dir / "manifest.json").is_file():
         manifest = read_manifest(out_dir)
         if manifest.get("complete") and manifest.get("features") == features \
@@ -121,7 +150,8 @@ def write_train_set(out_dir: str | Path, n: int, seed: int, split: Split, size: 
     with writer:
         for position in range(start, n):
             i = int(perm[position])
-            sample = make_sample(i, seed, split, size, with_negatives, partner)
+            sample = make_sample(i, seed, split, size, with_negatives, partner,
+                                 None if lr_set is None else i in lr_set)
             if partner and sample.partner is None:
                 writer.skip("no renderable partner")
             else:
