@@ -218,21 +218,6 @@ class ARO(Benchmark):
                               for it in items])
         options = torch.stack([cache.texts([it["false_caption"] for it in items]),  # option 0: false
                                cache.texts([it["true_caption"] for it in items])], dim=1)  # 1: true
-        correct = argmax_correct(option_scores(image, options), answer=1)
-        if part == "vg_relation":
-            groups = [it["relation_name"] for it in items]
-            table = per_group(correct, groups)
-            value, kept = macro(table, exclude=SYMMETRIC_RELATIONS)
-        else:
-            groups = [f"{it['attributes'][0]}_{it['attributes'][1]}" for it in items]
-            table = per_group(correct, groups)
-            value, kept = macro(table, min_count=MIN_ATTRIBUTE_PAIR)
-        kept_mask = np.isin(np.asarray(groups), kept)
-        headline = {"macro": value, "micro": accuracy(correct[kept_mask])}
-        cats = {g: {"acc": a, "n": n, "kept": float(g in kept)} for g, (a, n) in table.items()}
-        inst = [{"index": i, "category": g, "image": it["image_path"], "correct": bool(c)}
-                for i, (it, g, c) in enumerate(zip(items, groups, correct))]
-        return headline, cats, inst
         return vg_summary(part, items, argmax_correct(option_scores(image, options), answer=1))
 
     def _score_order(self, cache, part, cases, tagged, paths):
@@ -244,13 +229,7 @@ class ARO(Benchmark):
             correct = argmax_correct(option_scores(image, emb), answer=0)
             per_seed.append(accuracy(correct))
             seeds_correct += correct
-        headline = {"mean": float(np.mean(per_seed)), "std": float(np.std(per_seed))}
-        cats = {f"seed{s}": {"acc": a, "n": len(cases)} for s, a in zip(self.seeds, per_seed)}
-        inst = [{"index": i, "image": name, "seeds_correct": int(k), "seeds": len(self.seeds)}
-                for i, ((name, _), k) in enumerate(zip(cases, seeds_correct))]
-        return headline, cats, inst
-            per_seed.append(accuracy(argmax_correct(option_scores(image, emb), answer=0)))
-        return order_summary(self.seeds, per_seed, cases)
+        return order_summary(self.seeds, per_seed, cases, seeds_correct)
 
 
 def order_options(cases, tagged, seed: int, max_words: int) -> list[list[str]]:
@@ -259,11 +238,15 @@ def order_options(cases, tagged, seed: int, max_words: int) -> list[list[str]]:
     return [text_perturb.order_options(c, tok, tg, rng, max_words) for (_, c), (tok, tg) in zip(cases, tagged)]
 
 
-def order_summary(seeds, per_seed: list[float], cases):
-    """(headline mean / std over seeds, per-seed table, per-caption records)."""
+def order_summary(seeds, per_seed: list[float], cases, seeds_correct=None):
+    """(headline mean / std over seeds, per-seed table, per-caption records; each record holds how
+    many seeds the caption is right on when `seeds_correct` is given)."""
     headline = {"mean": float(np.mean(per_seed)), "std": float(np.std(per_seed))}
     cats = {f"seed{s}": {"acc": a, "n": len(cases)} for s, a in zip(seeds, per_seed)}
     inst = [{"index": i, "image": name} for i, (name, _) in enumerate(cases)]
+    if seeds_correct is not None:
+        for r, k in zip(inst, seeds_correct):
+            r.update(seeds_correct=int(k), seeds=len(seeds))
     return headline, cats, inst
 
 
@@ -280,6 +263,7 @@ def vg_summary(part: str, items: list[dict], correct: np.ndarray):
     kept_mask = np.isin(np.asarray(groups), kept)
     headline = {"macro": value, "micro": accuracy(correct[kept_mask])}
     cats = {g: {"acc": a, "n": n, "kept": float(g in kept)} for g, (a, n) in table.items()}
-    inst = [{"index": i, "category": g, "correct": bool(c)} for i, (g, c) in enumerate(zip(groups, correct))]
+    inst = [{"index": i, "category": g, "image": it["image_path"], "correct": bool(c)}
+            for i, (it, g, c) in enumerate(zip(items, groups, correct))]
     return headline, cats, inst
 
