@@ -8,10 +8,8 @@ items (`all/<metric>`) and the macro average over subsets (`macro/<metric>`).
 """
 from __future__ import annotations
 
-import numpy as np
-
 from compclip.eval.benchmarks.base import Benchmark, BenchmarkResult, images_problem
-from compclip.eval.benchmarks.triplet import read_scpp_json, score_triplets, triplet_table
+from compclip.eval.benchmarks.triplet import read_scpp_json, score_triplets, triplet_headline, triplet_table
 from compclip.eval.images import resolve_files
 from compclip.eval.metrics import accuracy
 from compclip.eval.registry import register_benchmark
@@ -52,20 +50,16 @@ class SugarCrepePP(Benchmark):
     def _score(self, cache, per_instance):
         with_images = cache.supports_images and self.image_paths is not None
         notes = [] if with_images else ["sugarcrepe_pp: text-only scoring: T2T and its halves t2t_p1_n, t2t_p2_n"]
-        headline, categories, instances, all_masks = {}, {}, [], {}
+        categories, instances, all_masks = {}, [], {}
         for subset, triplets in self.subsets.items():
             cache.label = f"{self.name}/{subset}"  # names the progress bars
             masks = score_triplets(cache, triplets, self.image_paths if with_images else None)
             categories[subset] = {m: accuracy(v) for m, v in masks.items()} | {"n": len(triplets)}
-            for m, v in masks.items():
-                headline[f"{subset}/{m}"] = accuracy(v)
-                all_masks.setdefault(m, []).append(v)
+            all_masks[subset] = masks
             if per_instance:
                 instances += [{"subset": subset, "source": t.source, "image": t.image,
                                **{k: bool(v[i]) for k, v in masks.items()}} for i, t in enumerate(triplets)]
-        for m, parts in all_masks.items():
-            headline[f"all/{m}"] = accuracy(np.concatenate(parts))
-            headline[f"macro/{m}"] = float(np.mean([accuracy(p) for p in parts]))
+        headline = triplet_headline(all_masks, aggregates=True)
         counts = {s: len(t) for s, t in self.subsets.items()}
         return BenchmarkResult(self.name, headline, categories, instances if per_instance else None,
                                notes, counts)

@@ -17,7 +17,7 @@ import numpy as np
 from compclip.eval.benchmarks.base import DataError, read_text
 from compclip.eval.cache import EmbeddingCache
 from compclip.eval.images import FileImage
-from compclip.eval.metrics import triplet_correct
+from compclip.eval.metrics import accuracy, triplet_correct
 from compclip.eval.stats import ItemTable, cluster_ids, index_by, metric
 
 
@@ -84,6 +84,21 @@ def score_triplets(cache: EmbeddingCache, triplets: list[Triplet],
     n = cache.texts([t.n for t in triplets])
     image = cache.images([FileImage(image_paths[t.image]) for t in triplets]) if image_paths else None
     return triplet_correct(p1, p2, n, image)
+
+
+def triplet_headline(masks: dict[str, dict[str, np.ndarray]], aggregates: bool) -> dict[str, float]:
+    """`<subset>/<column>` accuracies of {subset: {column: mask}}; with `aggregates`, `all/<column>`
+    (every item) and `macro/<column>` (mean over subsets), as SugarCrepe++ reports them."""
+    headline, columns = {}, {}
+    for subset, cols in masks.items():
+        for col, mask in cols.items():
+            headline[f"{subset}/{col}"] = accuracy(mask)
+            columns.setdefault(col, []).append(mask)
+    if aggregates:
+        for col, parts in columns.items():
+            headline[f"all/{col}"] = accuracy(np.concatenate(parts))
+            headline[f"macro/{col}"] = float(np.mean([accuracy(m) for m in parts]))
+    return headline
 
 
 def triplet_table(instances: list[dict], aggregates: bool) -> Optional[ItemTable]:

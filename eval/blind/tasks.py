@@ -26,6 +26,7 @@ from compclip.errors import InputError
 from compclip.eval.benchmarks.aro import order_options, order_summary, vg_summary
 from compclip.eval.benchmarks.base import BenchmarkResult, MissingData
 from compclip.eval.benchmarks.sugarcrepe import sugarcrepe_headline
+from compclip.eval.benchmarks.triplet import triplet_headline
 from compclip.eval.blind import JUDGES, make_judge
 from compclip.eval.metrics import accuracy, argmax_correct, group_table
 from compclip.eval.registry import get_benchmark
@@ -59,19 +60,14 @@ def _triplets(bench, judge) -> BenchmarkResult:
     triplets = [t for ts in bench.subsets.values() for t in ts]
     f = judge_scores(judge, [(c, t.image) for t in triplets for c in (t.p1, t.p2)],
                      [(c, t.image) for t in triplets for c in (t.p1, t.p2, t.n)])
-    headline, categories, parts = {}, {}, {}
+    categories, masks_by_subset = {}, {}
     for subset, ts in bench.subsets.items():
         f1, f2, fn = (np.array([f[getattr(t, k), t.image] for t in ts]) for k in ("p1", "p2", "n"))
         masks = {"i2t": (f1 > fn) & (f2 > fn), "p1_n": f1 > fn, "p2_n": f2 > fn}
         categories[subset] = {m: accuracy(v) for m, v in masks.items()} | {
             "tie": accuracy((f1 == fn) | (f2 == fn)), "n": len(ts)}
-        for m, v in masks.items():
-            headline[f"{subset}/{m}"] = accuracy(v)
-            parts.setdefault(m, []).append(v)
-    if bench.name == "sugarcrepe_pp":  # its micro and macro averages over subsets
-        for m, v in parts.items():
-            headline[f"all/{m}"] = accuracy(np.concatenate(v))
-            headline[f"macro/{m}"] = float(np.mean([accuracy(p) for p in v]))
+        masks_by_subset[subset] = masks
+    headline = triplet_headline(masks_by_subset, aggregates=bench.name == "sugarcrepe_pp")
     return BenchmarkResult(bench.name, headline, categories, counts={s: len(t) for s, t in bench.subsets.items()})
 
 
