@@ -4,6 +4,7 @@
                          --pretrained runs/negclip \\
                          --text-model minilm --benchmarks visla,sugarcrepe --data-root data --out reports/
     python -m eval compare runs/clip_ft runs/negclip --benchmarks visla,sugarcrepe --data-root data --out cmp/
+    python -m eval compare --pool seed-0/scores seed-1/scores seed-2/scores --out cmp/
     python -m eval list
     python -m eval download --benchmarks visla,sugarcrepe --data-root data [--images]
 
@@ -20,7 +21,8 @@ ARO / SugarCrepe++ reference scripts do for OpenAI CLIP and NegCLIP (`eval.preci
 Scores of checkpoint files and pinned open_clip tags are kept per benchmark in a score cache
 (`eval.scorecache`; `--cache-dir`, `--no-cache`), so scoring them again on unchanged benchmark
 files encodes nothing. `compare` gives paired differences, intervals and tests between models
-(checkpoints or report folders; `eval.compare`).
+(checkpoints or report folders; `eval.compare`); with `--pool` each argument is one seed's report
+folder and the comparison is pooled over the seeds (`eval.compare.compare_pooled`).
 
 `--batch-size` below 1 is a usage error. Before any model is loaded, `--device` is checked (a
 tensor is made on it), every requested benchmark's files are checked (`eval.api.check_data`),
@@ -195,6 +197,8 @@ def cmd_compare(args) -> int:
     options = _options(args.options)
     if args.benchmarks:
         validate_names(args.benchmarks, options)
+    if args.pool:
+        return _compare_pooled(args)
     folder = None if args.no_cache else args.cache_dir or default_dir()
     score_cache = ScoreCache(folder) if folder else None
     models: dict = {}
@@ -218,6 +222,28 @@ def cmd_compare(args) -> int:
         models = dict(zip(args.label, models.values()))
     rows = compare.compare(models, args.metrics)
     baseline = next(iter(models))
+    print(compare.markdown(rows, baseline), end="")
+    if args.out:
+        written = compare.write(rows, baseline, args.out, plots=not args.no_plots)
+        print(f"comparison written to {args.out}: {', '.join(p.name for p in written.values())}")
+    return 0
+
+
+def _compare_pooled(args) -> int:
+    """`compare --pool`: every argument one item set's report folder (a seed's), the same models in
+    each; the comparison is pooled over them (`eval.compare.compare_pooled`)."""
+    from compclip.eval import compare
+    strata = []
+    for arg in args.models:
+        if not (Path(arg) / "summary.json").is_file():
+            raise InputError(f"{arg}: --pool takes report folders written by score --out (no summary.json there)")
+        strata.append(compare.from_report(Path(arg), args.benchmarks))
+    if args.label:
+        if len(args.label) != len(strata[0]):
+            raise InputError(f"{len(args.label)} --label for {len(strata[0])} models ({', '.join(strata[0])})")
+        strata = [dict(zip(args.label, s.values())) for s in strata]
+    rows = compare.compare_pooled(strata, args.metrics, names=list(args.models))
+    baseline = next(iter(strata[0]))
     print(compare.markdown(rows, baseline), end="")
     if args.out:
         written = compare.write(rows, baseline, args.out, plots=not args.no_plots)
@@ -302,6 +328,10 @@ def make_main_parser() -> argparse.ArgumentParser:
     c.add_argument("--metrics", action=CommaList, metavar="NAMES",
                    help="<benchmark>/<metric> names to compare (default: each benchmark's primary metric)")
     c.add_argument("--label", action="append", help="display name per model, in order")
+    c.add_argument("--pool", action="store_true",
+                   help="every MODEL is one seed's report folder holding the same models: pool the comparison "
+                        "over them (mean difference, intervals resampling each folder's items, McNemar on the "
+                        "summed discordant counts)")
     c.add_argument("--model", metavar="ARCH", help="open_clip architecture of checkpoints that do not name theirs")
     c.add_argument("--options", help='JSON per benchmark, e.g. \'{"aro": {"seeds": [0, 1]}}\'')
     c.add_argument("--out", help="folder for compare.md, compare.json and compare.png")

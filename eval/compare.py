@@ -23,7 +23,7 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -45,15 +45,21 @@ class Row:
     p: float
     p_holm: float = float("nan")
     discordant: Optional[tuple[int, int]] = None  # McNemar: (baseline right only, model right only)
+    per_set: Optional[list[float]] = None  # pooled over item sets: each set's difference
 
 
-def mcnemar(a: Metric, b: Metric) -> tuple[float, tuple[int, int]]:
+def mcnemar(a: Metric | Sequence[Metric], b: Metric | Sequence[Metric]) -> tuple[float, tuple[int, int]]:
     """McNemar's exact two-sided p-value for two accuracies over the same items, and the
-    discordant counts (a right and b wrong, a wrong and b right)."""
+    discordant counts (a right and b wrong, a wrong and b right). Given lists (one pair per
+    independent item set, e.g. per seed), the discordant counts are summed: under the null each
+    discordant item is either way with probability 1/2, whichever set it is in."""
     from scipy.stats import binomtest
-    idx = a.parts[0]
-    only_a = int(((a.values[idx] == 1) & (b.values[idx] == 0)).sum())
-    only_b = int(((a.values[idx] == 0) & (b.values[idx] == 1)).sum())
+    pairs = zip(a, b) if isinstance(a, (list, tuple)) else [(a, b)]
+    only_a = only_b = 0
+    for x, y in pairs:
+        idx = x.parts[0]
+        only_a += int(((x.values[idx] == 1) & (y.values[idx] == 0)).sum())
+        only_b += int(((x.values[idx] == 0) & (y.values[idx] == 1)).sum())
     p = binomtest(only_b, only_a + only_b, 0.5).pvalue if only_a + only_b else 1.0
     return float(p), (only_a, only_b)
 
@@ -86,44 +92,73 @@ def same_items(a: ItemTable, b: ItemTable, bench: str, labels: tuple[str, str]) 
 
 def compare(models: dict[str, dict[str, ItemTable]], metrics: Optional[list[str]] = None) -> list[Row]:
     """One `Row` per (model after the first, metric): see the module docstring."""
-    labels = list(models)
+    return compare_pooled([models], metrics)
+
+
+def compare_pooled(strata: list[dict[str, dict[str, ItemTable]]], metrics: Optional[list[str]] = None,
+                   names: Optional[list[str]] = None) -> list[Row]:
+    """`compare` over several independent item sets holding the same models (a demo's seeds: each
+    seed its own world, benchmarks and trained models). Per metric the difference is the mean of
+    the sets' differences (`Row.per_set` lists them); its interval resamples each set's clusters
+    independently (set k draws from seed `stats.SEED + k`); McNemar's test sums the discordant
+    counts, the bootstrap test uses the pooled resamples. With one set this is `compare`. The
+    intervals and tests treat the trained models as fixed: they say how sure the difference is
+    over benchmark items, not over training runs (`names`: each set's name in errors)."""
+    labels = list(strata[0])
+    names = names or [f"set {k}" for k in range(len(strata))]
     if len(labels) < 2:
         raise InputError("compare needs at least two models")
-    base = models[labels[0]]
-    names = metrics or default_metrics(base)
+    for where, models in zip(names, strata):
+        if list(models) != labels:
+            raise InputError(f"{where}: holds models {list(models)}, the first set {labels}")
+    wanted_names = metrics or default_metrics(strata[0][labels[0]])
     by_bench: dict[str, list[str]] = {}
-    for name in names:
+    for name in wanted_names:
         bench, metric = name.split("/", 1)
         by_bench.setdefault(bench, []).append(metric)
     rows: list[Row] = []
     for label in labels[1:]:
         pair = []
         for bench, wanted in by_bench.items():
-            if bench not in base or bench not in models[label]:
-                raise InputError(f"{bench}: not scored for {labels[0] if bench not in base else label}")
-            ta, tb = base[bench], models[label][bench]
-            for metric in wanted:
-                if metric not in ta.metrics or metric not in tb.metrics:
-                    known = ", ".join(f"{bench}/{k}" for k in ta.metrics)
-                    raise InputError(f"{bench}/{metric}: no per-item values for this metric; known: {known}")
-            same_items(ta, tb, bench, (labels[0], label))
-            reps = stats.replicates([t.metrics[m] for m in wanted for t in (ta, tb)], ta.clusters)
-            pair += [_row(label, f"{bench}/{m}", ta.metrics[m], tb.metrics[m], reps[2 * i + 1] - reps[2 * i])
-                     for i, m in enumerate(wanted)]
+            diffs = []
+            for k, (where, models) in enumerate(zip(names, strata)):
+                ta, tb = _tables(models, labels[0], label, bench, wanted, where if len(strata) > 1 else "")
+                reps = stats.replicates([t.metrics[m] for m in wanted for t in (ta, tb)], ta.clusters,
+                                        seed=stats.SEED + k)
+                diffs.append(reps[1::2] - reps[0::2])
+            pooled = np.mean(diffs, axis=0)
+            pair += [_row(label, f"{bench}/{m}", [s[labels[0]][bench].metrics[m] for s in strata],
+                          [s[label][bench].metrics[m] for s in strata], pooled[i]) for i, m in enumerate(wanted)]
         for row, adjusted in zip(pair, holm([r.p for r in pair])):
             row.p_holm = adjusted
         rows += pair
     return rows
 
 
-def _row(label: str, name: str, a: Metric, b: Metric, diffs: np.ndarray) -> Row:
-    """The comparison of one metric: its paired interval and test."""
+def _tables(models: dict, base: str, label: str, bench: str, wanted: list[str], where: str) -> tuple:
+    """The baseline's and the model's tables of `bench`, checked to hold `wanted` on the same items."""
+    at = f"{where}: " if where else ""
+    if bench not in models[base] or bench not in models[label]:
+        raise InputError(f"{at}{bench}: not scored for {base if bench not in models[base] else label}")
+    ta, tb = models[base][bench], models[label][bench]
+    for metric in wanted:
+        if metric not in ta.metrics or metric not in tb.metrics:
+            known = ", ".join(f"{bench}/{k}" for k in ta.metrics)
+            raise InputError(f"{at}{bench}/{metric}: no per-item values for this metric; known: {known}")
+    same_items(ta, tb, f"{at}{bench}", (base, label))
+    return ta, tb
+
+
+def _row(label: str, name: str, a: list[Metric], b: list[Metric], diffs: np.ndarray) -> Row:
+    """The comparison of one metric over one or more item sets: its paired interval and test."""
     lo, hi = stats.percentile_interval(diffs)
-    diff = b.point() - a.point()
-    if a.binary and b.binary:
+    per_set = [y.point() - x.point() for x, y in zip(a, b)]
+    diff, base, value = float(np.mean(per_set)), float(np.mean([x.point() for x in a])), float(np.mean([y.point() for y in b]))
+    extra = {"per_set": per_set} if len(a) > 1 else {}
+    if all(x.binary and y.binary for x, y in zip(a, b)):
         p, discordant = mcnemar(a, b)
-        return Row(label, name, a.point(), b.point(), diff, lo, hi, "mcnemar", p, discordant=discordant)
-    return Row(label, name, a.point(), b.point(), diff, lo, hi, "bootstrap", bootstrap_p(diffs, diff))
+        return Row(label, name, base, value, diff, lo, hi, "mcnemar", p, discordant=discordant, **extra)
+    return Row(label, name, base, value, diff, lo, hi, "bootstrap", bootstrap_p(diffs, diff), **extra)
 
 
 def default_metrics(tables: dict[str, ItemTable]) -> list[str]:

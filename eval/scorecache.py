@@ -35,7 +35,7 @@ from compclip.fileio import atomic_write
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2  # 2: per-item records name their image (eval.stats clusters)
+FORMAT = 3  # 2: per-item records name their image (eval.stats clusters); 3: left_right keeps per-item records
 NOT_HASHED = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff",  # images
               ".zip", ".tar", ".gz", ".tgz", ".part")  # archives (what they hold is hashed when extracted)
 _FILE_SHA: dict[tuple[str, int, int], str] = {}

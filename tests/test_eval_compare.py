@@ -80,6 +80,37 @@ def test_models_scored_on_other_items_are_refused():
         compare.compare({"a": {"x": table([1, 0])}, "b": {"x": table([1, 1])}}, ["x/macro"])
 
 
+def test_pooled_over_item_sets_sums_discordant_items_and_averages_differences():
+    rng = np.random.default_rng(4)
+    sets, per_set_diffs = [], []
+    for k in range(3):  # three seeds: each its own items, the model a little better on each
+        a = rng.random(200) < 0.6
+        b = a | (rng.random(200) < 0.06)
+        b[rng.choice(200, 5, replace=False)] = False
+        sets.append({"ctl": {"x": table(a)}, "ft": {"x": table(b)}})
+        per_set_diffs.append(b.mean() - a.mean())
+    (row,) = compare.compare_pooled(sets, ["x/acc"])
+    singles = [compare.compare(s, ["x/acc"])[0] for s in sets]
+    assert row.per_set == pytest.approx(per_set_diffs) and row.diff == pytest.approx(np.mean(per_set_diffs))
+    assert row.discordant == tuple(int(sum(r.discordant[i] for r in singles)) for i in (0, 1))
+    assert row.p == binomtest(row.discordant[1], sum(row.discordant), 0.5).pvalue
+    assert row.p < min(r.p for r in singles)  # three sets say more than any one
+    # each set resampled on its own: the pooled interval is about 1/sqrt(3) of one set's
+    ratio = (row.ci_high - row.ci_low) / np.mean([r.ci_high - r.ci_low for r in singles])
+    assert 0.45 < ratio < 0.75
+    # one set: exactly `compare`
+    assert compare.compare_pooled(sets[:1], ["x/acc"]) == [singles[0]] and singles[0].per_set is None
+
+
+def test_pooled_sets_must_hold_the_same_models_and_items():
+    one = {"ctl": {"x": table([1, 0, 1])}, "ft": {"x": table([1, 1, 1])}}
+    with pytest.raises(InputError, match="seed-1: holds models"):
+        compare.compare_pooled([one, {"ctl": one["ctl"], "other": one["ft"]}], ["x/acc"], names=["seed-0", "seed-1"])
+    with pytest.raises(InputError, match="seed-1: x: ctl and ft were not scored on the same items"):
+        compare.compare_pooled([one, {"ctl": {"x": table([1, 0])}, "ft": one["ft"]}], ["x/acc"],
+                               names=["seed-0", "seed-1"])
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("compare")
@@ -121,6 +152,20 @@ def test_compare_report_folders(setup, capsys):
     assert main(["compare", str(tmp / "rep0"), str(tmp / "rep1"), "--metrics", "bivlc/group,sugarcrepe/swap"]) == 0
     out = capsys.readouterr().out
     assert "| m1 | bivlc/group |" in out and "| m1 | sugarcrepe/swap |" in out and "Holm" in out
+    # --pool: each folder one seed's report holding the same models (here one report twice)
+    assert main(["score", "--pretrained", str(tmp / "run0"), "--pretrained", str(tmp / "run1"), "--label", "m0",
+                 "--label", "m1", "--benchmarks", "sugarcrepe", "--data-root", str(root), "--out", str(tmp / "both"),
+                 "--quiet", "--no-plots", "--no-cache"]) == 0
+    assert main(["compare", "--pool", str(tmp / "both"), str(tmp / "both"), "--metrics", "sugarcrepe/swap_obj",
+                 "--out", str(tmp / "pooled"), "--no-plots"]) == 0
+    (row,) = json.loads((tmp / "pooled" / "compare.json").read_text())["rows"]
+    single = compare.compare(compare.from_report(tmp / "both"), ["sugarcrepe/swap_obj"])[0]
+    assert row["per_set"] == [single.diff] * 2 and row["diff"] == pytest.approx(single.diff)
+    assert row["test"] == "mcnemar" and row["discordant"] == [2 * k for k in single.discordant]
+    assert main(["compare", "--pool", str(tmp / "rep0"), str(tmp / "rep0"), "--metrics", "sugarcrepe/swap"]) == 2
+    assert "compare needs at least two models" in capsys.readouterr().err
+    assert main(["compare", "--pool", str(tmp / "rep1"), str(tmp / "run0")]) == 2
+    assert "--pool takes report folders" in capsys.readouterr().err
     (tmp / "rep1" / "m1.items.npz").unlink()
     assert main(["compare", str(tmp / "rep0"), str(tmp / "rep1")]) == 2
     assert "m1.items.npz not found" in capsys.readouterr().err

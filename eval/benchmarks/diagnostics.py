@@ -38,6 +38,7 @@ from compclip.eval.benchmarks.triplet import read_scpp_json
 from compclip.eval.benchmarks.visla import SUBSETS as VISLA_SUBSETS, TripletImages, read_visla, visla_file_problems
 from compclip.eval.images import FileImage
 from compclip.eval.metrics import accuracy, argmax_correct, option_scores, rowwise_sim
+from compclip.eval.stats import ItemTable, cluster_ids, metric
 from compclip.eval.registry import register_benchmark
 
 LEFT, RIGHT = "to the left of", "to the right of"
@@ -182,7 +183,7 @@ class LeftRight(Benchmark):
         right = cache.texts([f"the {x} {RIGHT} the {y}" for x, y in zip(xs, ys)])
         headline = {"cos_left_right": float(rowwise_sim(left, right).mean()),
                     "cos_random_nouns": float(rowwise_sim(cache.texts(xs), cache.texts(ys)).mean())}
-        categories, notes = {}, []
+        categories, notes, instances = {}, [], []
         if self.items and cache.supports_images and self.paths:
             image = cache.images([FileImage(self.paths[it["image_path"]],
                                             (it["bbox_x"], it["bbox_y"], it["bbox_w"], it["bbox_h"]))
@@ -191,6 +192,8 @@ class LeftRight(Benchmark):
                                    cache.texts([it["true_caption"] for it in self.items])], dim=1)
             correct = argmax_correct(option_scores(image, options), answer=1)
             rel = np.array([it["relation_name"] for it in self.items])
+            instances = [{"index": i, "image": it["image_path"], "relation": "left" if r == LEFT else "right",
+                          "correct": bool(c)} for i, (it, r, c) in enumerate(zip(self.items, rel, correct))]
             headline["acc"] = accuracy(correct)
             for name, key in ((LEFT, "left"), (RIGHT, "right")):
                 headline[f"acc_{key}"] = accuracy(correct[rel == name])
@@ -198,6 +201,18 @@ class LeftRight(Benchmark):
         else:
             notes.append("left_right: accuracy skipped (needs VG-Relation images and an image scorer)")
         categories["text"] = headline | {"n_pairs": n_pairs, "n_nouns": len(self.nouns)}
-        return BenchmarkResult(self.name, headline, categories, notes=notes,
+        return BenchmarkResult(self.name, headline, categories, instances if per_instance else None, notes=notes,
                                counts={"items": len(self.items), "pairs": n_pairs})
+
+    @classmethod
+    def item_table(cls, instances):
+        """`acc`, `acc_left`, `acc_right` over the scored items (one part each); items sharing an
+        image are one cluster. The text cosines have no items: no interval."""
+        if not instances:
+            return None
+        correct = [r["correct"] for r in instances]
+        rel = np.array([r["relation"] for r in instances])
+        return ItemTable(cluster_ids([r["image"] for r in instances]),
+                         {"acc": metric(correct, np.arange(len(instances))),
+                          "acc_left": metric(correct, rel == "left"), "acc_right": metric(correct, rel == "right")})
 
