@@ -58,13 +58,15 @@ LONGEST_FIRST = ("demo_negclip", "demo_trohn_img", "demo_trohn_text", "demo_left
 # expected wall seconds of each step on 2 idle cores (bench/results/demo_wall_time.md, seed 2 at
 # 5cd032f: world 22 s, base model 2 min 39 s, NegCLIP data 25 s, start numbers 9 s, the five
 # finetunes 8 min 20 s, two at a time); the overall ETA scales them by this run's speed so far
-EXPECTED_S = {"world": 25.0, "base model": 160.0, "NegCLIP data": 25.0, "start numbers": 10.0}
+EXPECTED_S = {"world": 25.0, "base model": 160.0, "NegCLIP data": 25.0, "start numbers": 10.0, "scores": 75.0}
 # one finetune's seconds on one thread (two run at a time): split by batch cost, 990 in all
 FINETUNE_S = {"demo_negclip": 330.0, "demo_trohn_img": 230.0, "demo_trohn_text": 170.0,
               "demo_leftright": 140.0, "demo_clip_ft": 120.0}
 TRAIN_SET = {"demo_pretrain": ["train"], "demo_clip_ft": ["train"], "demo_negclip": ["train_negclip"],
              "demo_trohn_text": ["train"], "demo_trohn_img": ["train_generated"],
              "demo_leftright": ["train", "train_mirrored"]}
+# what every run is evaluated on (recipes/demo_*.yaml `eval.benchmarks`)
+BENCHMARKS = ("visla", "sugarcrepe", "bivlc", "aro", "left_right")
 # (metric, short name): what the table shows; the papers' claims are about these
 METRICS = [
     ("sugarcrepe/replace", "SC replace"), ("sugarcrepe/swap", "SC swap"), ("sugarcrepe/add", "SC add"),
@@ -179,6 +181,7 @@ class Seed:
         self.dir = out / f"seed-{seed}"
         self.world, self.runs, self.logs = self.dir / "world", self.dir / "runs", self.dir / "logs"
         self.base = self.dir / "pretrained.pt"
+        self.scores = self.dir / "scores"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.overall: Overall | None = None
         self.where = ""  # the step now running, for the overall line
@@ -190,7 +193,8 @@ class Seed:
         if "demo_negclip" in self.args.recipes:
             steps.append(("NegCLIP data", self.negclip_data_done()))
         steps.append(("start numbers", not self.start_todo()))
-        return steps + [(r, self.done(r)) for r in LONGEST_FIRST if r in self.args.recipes]
+        return steps + [(r, self.done(r)) for r in LONGEST_FIRST if r in self.args.recipes] + [
+            ("scores", self.scores_done())]
 
     def say(self, where: str) -> None:
         """The step now starting, with the overall line."""
@@ -337,6 +341,29 @@ class Seed:
         self.finished("start numbers")
         return True
 
+    def scores_done(self) -> bool:
+        summary = self.scores / "summary.json"
+        return summary.is_file() and list(json.loads(summary.read_text())) == self.scored_recipes()
+
+    def scored_recipes(self) -> list[str]:
+        return ["demo_pretrain", *self.args.recipes]
+
+    def score(self) -> bool:
+        """Every model of the seed (the base and each finetune's last checkpoint) scored again with
+        its per-item records (`python -m eval score --out`): the intervals and paired tests of
+        `results.md` come from them (`item_statistics`)."""
+        if self.scores_done():
+            return False
+        log(f"seed {self.seed}: scoring every model again with per-item records (intervals, paired tests)")
+        self.say("scores")
+        cmd = [sys.executable, "-m", "compclip.eval", "score", "--benchmarks", ",".join(BENCHMARKS),
+               "--data-root", str(self.world / "benchmarks"), "--out", str(self.scores), "--no-plots", "--quiet"]
+        for recipe in self.scored_recipes():
+            cmd += ["--pretrained", str(self.base if recipe == "demo_pretrain" else self.runs / recipe), "--label", recipe]
+        self.run("scores", cmd, step="scores")
+        self.finished("scores")
+        return True
+
     def finetunes(self) -> list[tuple[str, list[str]]]:
         """The finetunes still to run, costliest first (so the last one does not run alone)."""
         return [(r, self.train_cmd(r)) for r in LONGEST_FIRST if r in self.args.recipes and not self.done(r)]
@@ -354,6 +381,7 @@ def run_seed(seed: Seed, slots: int) -> None:
         write_start_scalars(seed, recipe)
     jobs = [(seed, r, cmd) for r, cmd in seed.finetunes()]
     seed.timed("finetunes", lambda: run_parallel(jobs, slots) or bool(jobs))
+    seed.timed("scores", seed.score)
     log(f"seed {seed.seed}: done; this run {minutes(time.time() - t)}, recorded wall time of its steps "
         f"{minutes(sum(seed.wall_times().values()))} (load average {os.getloadavg()[0]:.2f})")
 
@@ -456,7 +484,44 @@ def summarise(seeds: list[Seed], finetunes: tuple[str, ...] = FINETUNES) -> dict
     recipes = ("demo_pretrain",) + finetunes
     summary = summarise_metrics({r: {s.seed: last_metrics(s, r) for s in seeds} for r in recipes})
     summary["inbatch"] = {r: {s.seed: inbatch_numbers(s, r) for s in seeds} for r in finetunes}
+    summary.update(item_statistics(seeds))
     return summary
+
+
+def item_statistics(seeds: list[Seed]) -> dict:
+    """From the seeds' `scores/` reports (per-item records): `intervals`, the first seed's value
+    and 95 % bootstrap interval per recipe and table metric; `paired`, each finetune against the
+    control pooled over the seeds (`eval.compare.compare_pooled`: mean difference, 95 % interval,
+    McNemar's test or the paired bootstrap test, Holm over the table's metrics); `differs`, the
+    (seed, recipe, metric) whose score differs from the run's last evaluation in `eval.jsonl`
+    (none expected: the same checkpoint on the same items). {} unless every seed has its scores."""
+    if not seeds or not all(s.scores_done() for s in seeds):
+        return {}
+    from compclip.eval import compare
+    points = json.loads((seeds[0].scores / "summary.json").read_text())
+    found = json.loads((seeds[0].scores / "intervals.json").read_text())["models"]
+    intervals = {r: {m: {"value": points[r][m], "ci": found[r][m]} for m, _ in METRICS if m in found.get(r, {})}
+                 for r in points}
+    differs = []
+    for s in seeds:
+        scored = json.loads((s.scores / "summary.json").read_text())
+        for r, values in scored.items():
+            logged = last_metrics(s, r)
+            differs += [[s.seed, r, m] for m, _ in METRICS
+                        if m in values and m in logged and abs(values[m] - logged[m]) > 1e-6]
+    strata = []
+    for s in seeds:
+        models = compare.from_report(s.scores)
+        strata.append({"demo_clip_ft": models["demo_clip_ft"]}  # the baseline comes first
+                      | {r: t for r, t in models.items() if r not in ("demo_pretrain", "demo_clip_ft")})
+    rows = compare.compare_pooled(strata, [m for m, _ in METRICS], names=[str(s.scores) for s in seeds]) \
+        if len(strata[0]) > 1 else []  # the control alone: nothing to compare
+    paired: dict = {}
+    for row in rows:
+        paired.setdefault(row.model, {})[row.metric] = {
+            "diff": row.diff, "ci": [row.ci_low, row.ci_high], "test": row.test, "p": row.p, "p_holm": row.p_holm,
+            "discordant": row.discordant, "per_seed": row.per_set or [row.diff]}
+    return {"intervals_seed": seeds[0].seed, "intervals": intervals, "paired": paired, "differs": differs}
 
 
 def summarise_metrics(per_seed: dict[str, dict[int, dict[str, float]]]) -> dict:
@@ -526,7 +591,7 @@ def markdown(summary: dict, command: str, minutes: float) -> str:
                       f"{minutes:.1f} min wall (the recorded time of every step, seed-<s>/wall_time.json). Accuracies in %, last epoch, {spread}{seeds}. "
                       f"Chance: " + ", ".join(f"{short} {100 * CHANCE[m]:.0f}" for m, short in METRICS
                                                if CHANCE[m] != 0.5) + ", all others 50.", "",
-                      tables(summary), inbatch_table(summary)])
+                      tables(summary), interval_table(summary), paired_table(summary), inbatch_table(summary)])
 
 
 def _cell(values: list[float], signed: bool = False) -> str:
@@ -561,6 +626,50 @@ def tables(summary: dict) -> str:
             rows = summary["recipes"][r]
             cells = [" / ".join(f"{100 * d:+.1f}" for d in rows[m]["deltas"]) or "–" for m, _ in METRICS]
             lines.append(f"| {LABELS[r]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def interval_table(summary: dict) -> str:
+    """The first seed's accuracies with their 95 % bootstrap intervals over items (markdown)."""
+    found = summary.get("intervals") or {}
+    if not found:
+        return ""
+    lines = ["", f"Seed {summary['intervals_seed']}, each accuracy with its 95 % bootstrap interval over the "
+             "benchmark's items (resampled by image; docs/eval.md):", "",
+             "| recipe | " + " | ".join(short for _, short in METRICS) + " |", "|---|" + "---|" * len(METRICS)]
+    for r, by_metric in found.items():
+        cells = [f"{100 * by_metric[m]['value']:.1f} [{100 * by_metric[m]['ci'][0]:.1f}, "
+                 f"{100 * by_metric[m]['ci'][1]:.1f}]" if m in by_metric else "–" for m, _ in METRICS]
+        lines.append(f"| {LABELS[r]} | " + " | ".join(cells) + " |")
+    if summary.get("differs"):
+        lines += ["", "**Warning**: these scores differ from the runs' last evaluation (seed, recipe, metric): "
+                  + "; ".join(", ".join(map(str, d)) for d in summary["differs"])]
+    return "\n".join(lines) + "\n"
+
+
+def paired_table(summary: dict) -> str:
+    """Each finetune minus the control pooled over the seeds, with its interval and Holm p (markdown)."""
+    paired = summary.get("paired") or {}
+    if not paired:
+        return ""
+    lines = ["", "Difference to the control over the benchmark items of every seed, percentage points: mean of the "
+             "per-seed differences [95 % interval resampling each seed's items], and in brackets below the "
+             "two-sided p (McNemar's exact test on the discordant items of all seeds for an accuracy over items, "
+             "the paired bootstrap test for a macro average or ARO order), Holm-corrected per recipe over the "
+             f"{len(METRICS)} columns; **bold**: p (Holm) < 0.05. The models are taken as fixed: this is the "
+             "uncertainty over items, not over training runs (the per-seed rows above show the spread over seeds).",
+             "", "| recipe | " + " | ".join(short for _, short in METRICS) + " |", "|---|" + "---|" * len(METRICS)]
+    for r, by_metric in paired.items():
+        cells = []
+        for m, _ in METRICS:
+            row = by_metric.get(m)
+            if row is None:
+                cells.append("–")
+                continue
+            text = f"{100 * row['diff'] + 0:+.1f} [{100 * row['ci'][0] + 0:+.1f}, {100 * row['ci'][1] + 0:+.1f}]"
+            text = f"**{text}**" if row["p_holm"] < 0.05 else text
+            cells.append(f"{text}<br>(p {row['p_holm']:.2g})")
+        lines.append(f"| {LABELS[r]} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
