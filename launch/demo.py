@@ -817,6 +817,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["start-metrics"]:
         return start_metrics_main(argv[1:])
+    sys.path.insert(0, str(ROOT))  # this checkout's code, whichever copy an editable install points at
     from compclip.cli import make_parser
     parser = make_parser("launch/demo.sh", __doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/demo", help="output folder")
@@ -841,7 +842,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.recipes = [r for r in FINETUNES if r in args.recipes or r == "demo_clip_ft"]
     out = (ROOT / args.out) if not Path(args.out).is_absolute() else Path(args.out)
-    sys.path.insert(0, str(ROOT))
     check_model_options(parser, args)
     t0 = time.time()
     seeds = [Seed(out, s, args, i) for i, s in enumerate(args.seeds)]
