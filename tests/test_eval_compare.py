@@ -1,5 +1,5 @@
 """`python -m eval compare` (eval.compare): paired differences, McNemar's exact test, the paired
-bootstrap test, Holm's correction, checkpoints read from the score cache without loading them,
+bootstrap test, Holm's correction, checkpoints read from the score cache without loading them (nor importing torch),
 and report folders."""
 import json
 import os
