@@ -9,8 +9,8 @@ at the real benchmarks' sizes.
    times, in process (`eval.cli.main`: resolving, hashing both checkpoints, reading the cache,
    rebuilding the item tables, 1,000 paired resamples per metric, McNemar, Holm, the Markdown)
    and as a fresh command (`python -m eval compare ...`: the same plus interpreter start and
-   imports; wall and CPU seconds), beside a command that only imports what it imports (torch,
-   scipy.stats, the benchmarks).
+   imports; wall and CPU seconds), beside a command that only imports what it imports (scipy.stats,
+   the benchmarks; not torch).
 2. `eval.compare.compare` on two synthetic models at the published sizes (SugarCrepe 7,511 items
    in 7 subsets, about 1.5 items per image; ARO VG-Relation 23,937 items, one cluster per item;
    VISLA 1,613; BiVLC 2,933), every headline metric of each compared: the bootstrap's cost where
@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 
 from bench.common import log, summarize, write_result  # noqa: E402
 
-IMPORTS = "import torch, scipy.stats, compclip.eval.benchmarks, compclip.eval.cli"  # what the command imports
+IMPORTS = "import scipy.stats, compclip.eval.benchmarks, compclip.eval.cli"  # what the command imports
 BENCHMARKS = "visla,sugarcrepe,sugarcrepe_pp,bivlc,aro"
 OPTIONS = '{"aro": {"parts": ["vg_relation", "coco_order"]}}'
 

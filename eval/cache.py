@@ -16,14 +16,15 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Sequence
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Sequence
 
 from compclip.cli import progress as progress_bar
 
-from compclip.eval.scorer import TextScorer
+if TYPE_CHECKING:  # torch is imported where embeddings are stacked: reading cached scores does not need it
+    import torch
+    from torch import Tensor
+
+    from compclip.eval.scorer import TextScorer
 
 
 class EmbeddingCache:
@@ -88,6 +89,7 @@ class EmbeddingCache:
         bar.close()
 
     def _stack(self, store: dict, keys: list) -> Tensor:
+        import torch
         return torch.stack([store[k] for k in keys]) if keys else torch.empty(0, dtype=self.dtype)
 
 

@@ -9,11 +9,12 @@ tie picks the true caption (correct). Accuracies are fractions in [0, 1].
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 
 import numpy as np
-import torch
-from torch import Tensor
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 def rowwise_sim(a: Tensor, b: Tensor) -> np.ndarray:
@@ -61,6 +62,7 @@ def bivlc_correct(c0: Tensor, c1: Tensor, i0: Tensor, i1: Tensor) -> dict[str, n
 
 def option_scores(image: Tensor, options: Tensor) -> np.ndarray:
     """[N, K] scores of N images against their K caption options ([N, K, D])."""
+    import torch
     return torch.einsum("nd,nkd->nk", image, options).float().numpy()
 
 

@@ -69,12 +69,19 @@ def checkpoint_sha256(path: str | Path) -> str:
     return _FILE_SHA[key]
 
 
+def device_type(device: str) -> str:
+    """`torch.device(device).type`; torch is not imported for `cpu`."""
+    if device == "cpu":
+        return "cpu"
+    import torch
+    return torch.device(device).type
+
+
 def model_identity(arch: Optional[str], weights: Optional[str], lineage: str, precision: str,
                    device: str) -> Optional[dict]:
     """The key part naming a model, or None for a model that is not cached (random weights, a
     weights folder, hub-hosted weights)."""
-    import torch
-    common = {"arch": arch, "lineage": lineage, "precision": precision, "device": torch.device(device).type}
+    common = {"arch": arch, "lineage": lineage, "precision": precision, "device": device_type(device)}
     if not weights:
         return None
     if os.path.isfile(weights):

@@ -1,7 +1,10 @@
 """`python -m eval compare` (eval.compare): paired differences, McNemar's exact test, the paired
-bootstrap test, Holm's correction, checkpoints read from the score cache without loading them,
+bootstrap test, Holm's correction, checkpoints read from the score cache without loading them (nor importing torch),
 and report folders."""
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -140,6 +143,21 @@ def test_compare_two_runs_then_again_from_the_score_cache(setup, monkeypatch, ca
     monkeypatch.setattr("compclip.models.load_model", no_load)
     assert main(args) == 0
     assert capsys.readouterr().out == first
+
+
+def test_a_comparison_read_from_the_score_cache_imports_no_torch(setup, repo_root, tmp_path, capsys):
+    tmp, root = setup
+    args = ["compare", str(tmp / "run0"), str(tmp / "run1"), "--benchmarks", "visla,sugarcrepe,aro", "--data-root",
+            str(root), "--options", '{"aro": {"parts": ["vg_relation", "coco_order"]}}', "--cache-dir",
+            str(tmp_path / "scores"), "--quiet", "--no-plots"]
+    assert main(args) == 0  # scores both checkpoints into the cache
+    first = capsys.readouterr().out
+    code = ("import json, sys; from compclip.eval.cli import main; rc = main(json.loads(sys.argv[1])); "
+            "print(rc, sorted(m for m in ('torch', 'open_clip', 'spacy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(repo_root)), cwd=repo_root)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == first + "0 []\n"
 
 
 def test_compare_report_folders(setup, capsys):

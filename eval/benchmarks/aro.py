@@ -25,7 +25,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from compclip.eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, images_problem, read_text
 from compclip.eval.images import FileImage, resolve_files
@@ -214,6 +213,7 @@ class ARO(Benchmark):
         return ItemTable(cluster_ids([r["image"] for r in instances]), out)
 
     def _score_vg(self, cache, part, items, paths):
+        import torch
         image = cache.images([FileImage(paths[it["image_path"]], (it["bbox_x"], it["bbox_y"], it["bbox_w"], it["bbox_h"]))
                               for it in items])
         options = torch.stack([cache.texts([it["false_caption"] for it in items]),  # option 0: false

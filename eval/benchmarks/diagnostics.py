@@ -29,7 +29,6 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from compclip.eval.benchmarks.aro import PARTS as ARO_PARTS, load_vg
 from compclip.eval.benchmarks.base import (Benchmark, BenchmarkResult, DataError, changed_problems, files_problem,
@@ -175,6 +174,7 @@ class LeftRight(Benchmark):
         return [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
 
     def _score(self, cache, per_instance):
+        import torch
         rng = np.random.default_rng(int(self.options.get("seed", 0)))
         n_pairs = int(self.options.get("n_pairs", 500))
         idx = [rng.choice(len(self.nouns), size=2, replace=False) for _ in range(n_pairs)]

@@ -21,8 +21,6 @@ import pickle
 from pathlib import Path
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from compclip.eval.benchmarks.base import Benchmark, BenchmarkResult, DataError, Problem, files_problem
 from compclip.eval.images import ArrayImage, FileImage
@@ -146,6 +144,8 @@ class ZeroShot(Benchmark):
             self.sets[d] = (refs[:limit], labels[:limit], names)
 
     def _score(self, cache, per_instance):
+        import torch
+        import torch.nn.functional as F
         headline, categories = {}, {}
         for d, (refs, labels, names) in self.sets.items():
             cache.label = f"{self.name}/{d}"  # names the progress bars
