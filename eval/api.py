@@ -212,11 +212,13 @@ def flatten_intervals(results: dict[str, BenchmarkResult]) -> dict[str, tuple[fl
 
 class Scores(dict):
     """`evaluate`'s flat {name: value}; `intervals` holds {name: (low, high)}, the 95 % bootstrap
-    intervals of the metrics that have one (`eval.stats`)."""
+    intervals of the metrics that have one (`eval.stats`), and `tables` {benchmark: ItemTable},
+    the per-item values behind them."""
 
-    def __init__(self, values: dict, intervals: dict):
+    def __init__(self, values: dict, intervals: dict, tables: Optional[dict] = None):
         super().__init__(values)
         self.intervals = intervals
+        self.tables = tables or {}
 
 
 def evaluate(scorer, benchmarks: list[str], data_root: str, options: Optional[dict[str, dict]] = None,
@@ -224,4 +226,5 @@ def evaluate(scorer, benchmarks: list[str], data_root: str, options: Optional[di
     """Flat `{"<benchmark>/<metric>": value}` for the given scorer (accuracies in [0, 1]), a dict
     whose `intervals` attribute gives the 95 % intervals by the same names."""
     results = run(scorer, benchmarks, data_root, options, progress)
-    return Scores(flatten(results), flatten_intervals(results))
+    return Scores(flatten(results), flatten_intervals(results),
+                  {name: r.table for name, r in results.items() if r.table is not None})

@@ -58,15 +58,13 @@ LONGEST_FIRST = ("demo_negclip", "demo_trohn_img", "demo_trohn_text", "demo_left
 # expected wall seconds of each step on 2 idle cores (bench/results/demo_wall_time.md, seed 2 at
 # 5cd032f: world 22 s, base model 2 min 39 s, NegCLIP data 25 s, start numbers 9 s, the five
 # finetunes 8 min 20 s, two at a time); the overall ETA scales them by this run's speed so far
-EXPECTED_S = {"world": 25.0, "base model": 160.0, "NegCLIP data": 25.0, "start numbers": 10.0, "scores": 75.0}
+EXPECTED_S = {"world": 25.0, "base model": 160.0, "NegCLIP data": 25.0, "start numbers": 10.0}
 # one finetune's seconds on one thread (two run at a time): split by batch cost, 990 in all
 FINETUNE_S = {"demo_negclip": 330.0, "demo_trohn_img": 230.0, "demo_trohn_text": 170.0,
               "demo_leftright": 140.0, "demo_clip_ft": 120.0}
 TRAIN_SET = {"demo_pretrain": ["train"], "demo_clip_ft": ["train"], "demo_negclip": ["train_negclip"],
              "demo_trohn_text": ["train"], "demo_trohn_img": ["train_generated"],
              "demo_leftright": ["train", "train_mirrored"]}
-# what every run is evaluated on (recipes/demo_*.yaml `eval.benchmarks`)
-BENCHMARKS = ("visla", "sugarcrepe", "bivlc", "aro", "left_right")
 # (metric, short name): what the table shows; the papers' claims are about these
 METRICS = [
     ("sugarcrepe/replace", "SC replace"), ("sugarcrepe/swap", "SC swap"), ("sugarcrepe/add", "SC add"),
@@ -181,7 +179,6 @@ class Seed:
         self.dir = out / f"seed-{seed}"
         self.world, self.runs, self.logs = self.dir / "world", self.dir / "runs", self.dir / "logs"
         self.base = self.dir / "pretrained.pt"
-        self.scores = self.dir / "scores"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.overall: Overall | None = None
         self.where = ""  # the step now running, for the overall line
@@ -193,8 +190,7 @@ class Seed:
         if "demo_negclip" in self.args.recipes:
             steps.append(("NegCLIP data", self.negclip_data_done()))
         steps.append(("start numbers", not self.start_todo()))
-        return steps + [(r, self.done(r)) for r in LONGEST_FIRST if r in self.args.recipes] + [
-            ("scores", self.scores_done())]
+        return steps + [(r, self.done(r)) for r in LONGEST_FIRST if r in self.args.recipes]
 
     def say(self, where: str) -> None:
         """The step now starting, with the overall line."""
@@ -341,29 +337,6 @@ class Seed:
         self.finished("start numbers")
         return True
 
-    def scores_done(self) -> bool:
-        summary = self.scores / "summary.json"
-        return summary.is_file() and list(json.loads(summary.read_text())) == self.scored_recipes()
-
-    def scored_recipes(self) -> list[str]:
-        return ["demo_pretrain", *self.args.recipes]
-
-    def score(self) -> bool:
-        """Every model of the seed (the base and each finetune's last checkpoint) scored again with
-        its per-item records (`python -m eval score --out`): the intervals and paired tests of
-        `results.md` come from them (`item_statistics`)."""
-        if self.scores_done():
-            return False
-        log(f"seed {self.seed}: scoring every model again with per-item records (intervals, paired tests)")
-        self.say("scores")
-        cmd = [sys.executable, "-m", "compclip.eval", "score", "--benchmarks", ",".join(BENCHMARKS),
-               "--data-root", str(self.world / "benchmarks"), "--out", str(self.scores), "--no-plots", "--quiet"]
-        for recipe in self.scored_recipes():
-            cmd += ["--pretrained", str(self.base if recipe == "demo_pretrain" else self.runs / recipe), "--label", recipe]
-        self.run("scores", cmd, step="scores")
-        self.finished("scores")
-        return True
-
     def finetunes(self) -> list[tuple[str, list[str]]]:
         """The finetunes still to run, costliest first (so the last one does not run alone)."""
         return [(r, self.train_cmd(r)) for r in LONGEST_FIRST if r in self.args.recipes and not self.done(r)]
@@ -381,7 +354,6 @@ def run_seed(seed: Seed, slots: int) -> None:
         write_start_scalars(seed, recipe)
     jobs = [(seed, r, cmd) for r, cmd in seed.finetunes()]
     seed.timed("finetunes", lambda: run_parallel(jobs, slots) or bool(jobs))
-    seed.timed("scores", seed.score)
     log(f"seed {seed.seed}: done; this run {minutes(time.time() - t)}, recorded wall time of its steps "
         f"{minutes(sum(seed.wall_times().values()))} (load average {os.getloadavg()[0]:.2f})")
 
@@ -484,44 +456,47 @@ def summarise(seeds: list[Seed], finetunes: tuple[str, ...] = FINETUNES) -> dict
     recipes = ("demo_pretrain",) + finetunes
     summary = summarise_metrics({r: {s.seed: last_metrics(s, r) for s in seeds} for r in recipes})
     summary["inbatch"] = {r: {s.seed: inbatch_numbers(s, r) for s in seeds} for r in finetunes}
-    summary.update(item_statistics(seeds))
+    summary.update(item_statistics(seeds, recipes))
     return summary
 
 
-def item_statistics(seeds: list[Seed]) -> dict:
-    """From the seeds' `scores/` reports (per-item records): `intervals`, the first seed's value
-    and 95 % bootstrap interval per recipe and table metric; `paired`, each finetune against the
-    control pooled over the seeds (`eval.compare.compare_pooled`: mean difference, 95 % interval,
-    McNemar's test or the paired bootstrap test, Holm over the table's metrics); `differs`, the
-    (seed, recipe, metric) whose score differs from the run's last evaluation in `eval.jsonl`
-    (none expected: the same checkpoint on the same items). {} unless every seed has its scores."""
-    if not seeds or not all(s.scores_done() for s in seeds):
+def run_items(seed: Seed, recipe: str) -> dict | None:
+    """The per-item values of a run's last evaluation ({benchmark: ItemTable}, what the trainer
+    keeps in `eval_items/`), None without them."""
+    from compclip.eval.stats import load_tables
+    from compclip.trainer.evaluation import items_path
+    lines = eval_lines(seed, recipe)
+    path = items_path(seed.runs / recipe, lines[-1]["step"]) if lines else None
+    return load_tables(path) if path is not None and path.is_file() else None
+
+
+def item_statistics(seeds: list[Seed], recipes: tuple[str, ...]) -> dict:
+    """From the per-item values of each run's last evaluation (`run_items`): `intervals`, the first
+    seed's value and 95 % bootstrap interval per recipe and table metric (`eval.stats.intervals`),
+    and `paired`, each finetune against the control pooled over the seeds
+    (`eval.compare.compare_pooled`: mean difference, 95 % interval, McNemar's test or the paired
+    bootstrap test, Holm over the table's metrics). {} unless every run has them."""
+    from compclip.eval import compare, stats
+    found = {s.seed: {r: run_items(s, r) for r in recipes} for s in seeds}
+    if not seeds or any(t is None for by_recipe in found.values() for t in by_recipe.values()):
         return {}
-    from compclip.eval import compare
-    points = json.loads((seeds[0].scores / "summary.json").read_text())
-    found = json.loads((seeds[0].scores / "intervals.json").read_text())["models"]
-    intervals = {r: {m: {"value": points[r][m], "ci": found[r][m]} for m, _ in METRICS if m in found.get(r, {})}
-                 for r in points}
-    differs = []
-    for s in seeds:
-        scored = json.loads((s.scores / "summary.json").read_text())
-        for r, values in scored.items():
-            logged = last_metrics(s, r)
-            differs += [[s.seed, r, m] for m, _ in METRICS
-                        if m in values and m in logged and abs(values[m] - logged[m]) > 1e-6]
-    strata = []
-    for s in seeds:
-        models = compare.from_report(s.scores)
-        strata.append({"demo_clip_ft": models["demo_clip_ft"]}  # the baseline comes first
-                      | {r: t for r, t in models.items() if r not in ("demo_pretrain", "demo_clip_ft")})
-    rows = compare.compare_pooled(strata, [m for m, _ in METRICS], names=[str(s.scores) for s in seeds]) \
+    wanted = [m for m, _ in METRICS]
+    intervals: dict = {}
+    for r, tables in found[seeds[0].seed].items():
+        for bench, table in tables.items():
+            for name, (lo, hi) in stats.intervals(table).items():
+                if f"{bench}/{name}" in wanted:
+                    intervals.setdefault(r, {})[f"{bench}/{name}"] = {
+                        "value": table.metrics[name].point(), "ci": [lo, hi]}
+    strata = [{r: found[s.seed][r] for r in recipes if r != "demo_pretrain"} for s in seeds]  # control first
+    rows = compare.compare_pooled(strata, wanted, names=[f"seed {s.seed}" for s in seeds]) \
         if len(strata[0]) > 1 else []  # the control alone: nothing to compare
     paired: dict = {}
     for row in rows:
         paired.setdefault(row.model, {})[row.metric] = {
             "diff": row.diff, "ci": [row.ci_low, row.ci_high], "test": row.test, "p": row.p, "p_holm": row.p_holm,
             "discordant": row.discordant, "per_seed": row.per_set or [row.diff]}
-    return {"intervals_seed": seeds[0].seed, "intervals": intervals, "paired": paired, "differs": differs}
+    return {"intervals_seed": seeds[0].seed, "intervals": intervals, "paired": paired}
 
 
 def summarise_metrics(per_seed: dict[str, dict[int, dict[str, float]]]) -> dict:
@@ -641,9 +616,6 @@ def interval_table(summary: dict) -> str:
         cells = [f"{100 * by_metric[m]['value']:.1f} [{100 * by_metric[m]['ci'][0]:.1f}, "
                  f"{100 * by_metric[m]['ci'][1]:.1f}]" if m in by_metric else "–" for m, _ in METRICS]
         lines.append(f"| {LABELS[r]} | " + " | ".join(cells) + " |")
-    if summary.get("differs"):
-        lines += ["", "**Warning**: these scores differ from the runs' last evaluation (seed, recipe, metric): "
-                  + "; ".join(", ".join(map(str, d)) for d in summary["differs"])]
     return "\n".join(lines) + "\n"
 
 
@@ -817,7 +789,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["start-metrics"]:
         return start_metrics_main(argv[1:])
-    sys.path.insert(0, str(ROOT))  # this checkout's code, whichever copy an editable install points at
+    sys.path.insert(0, str(ROOT))  # this checkout first
     from compclip.cli import make_parser
     parser = make_parser("launch/demo.sh", __doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/demo", help="output folder")

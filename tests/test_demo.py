@@ -283,76 +283,51 @@ def test_bad_arch_or_size_stops_before_anything_is_written(demo, tmp_path, capsy
     assert not (tmp_path / "out").exists()
 
 
-def _write_scores(demo, seed, accuracy: dict | None = None, n: int = 200) -> None:
-    """A `scores/` report as `eval score --out` writes it: per recipe every table metric's per-item
-    values (right / wrong, about `accuracy[recipe]` of them right, default 0.5), intervals, summary."""
+def _write_items(demo, seed, recipes, accuracy: dict, n: int = 200) -> dict:
+    """Each run's last evaluation as the trainer leaves it: its `eval.jsonl` line and its per-item
+    values in `eval_items/` (every table metric right on about `accuracy[recipe]` of n items).
+    Returns {recipe: left_right/acc}."""
     import numpy as np
     from compclip.eval import stats
-    from compclip.eval.report import slug
-    seed.scores.mkdir(parents=True, exist_ok=True)
-    summary, intervals = {}, {}
-    for k, recipe in enumerate(seed.scored_recipes()):
-        correct = np.random.default_rng([seed.seed, k]).random(n) < (accuracy or {}).get(recipe, 0.5)
+    from compclip.trainer.evaluation import save_items
+    out = {}
+    for k, recipe in enumerate(recipes):
+        correct = np.random.default_rng([seed.seed, k]).random(n) < accuracy.get(recipe, 0.5)
         tables: dict = {}
         for metric, _ in demo.METRICS:
             bench, name = metric.split("/", 1)
             tables.setdefault(bench, stats.ItemTable(np.arange(n), {})).metrics[name] = stats.metric(correct, np.arange(n))
-        stats.save_tables(tables, seed.scores / f"{slug(recipe)}.items.npz")
-        summary[recipe] = {m: float(correct.mean()) for m, _ in demo.METRICS}
-        intervals[recipe] = {m: [correct.mean() - 0.07, correct.mean() + 0.07] for m, _ in demo.METRICS}
-    (seed.scores / "summary.json").write_text(json.dumps(summary))
-    (seed.scores / "intervals.json").write_text(json.dumps({"models": intervals}))
+        _write_run(seed, recipe, [{m: float(correct.mean()) for m, _ in demo.METRICS}])
+        save_items(seed.runs / recipe, 10, tables)  # _write_run's step of epoch 1
+        out[recipe] = float(correct.mean())
+    return out
 
 
 def test_results_give_one_seeds_intervals_and_paired_tests_over_the_seeds(demo, tmp_path):
-    recipes = ("demo_clip_ft", "demo_leftright")
-    seeds = [demo.Seed(tmp_path, s, _args(recipes=list(recipes))) for s in (0, 1, 2)]
-    for seed in seeds:
-        _write_scores(demo, seed, {"demo_clip_ft": 0.5, "demo_leftright": 0.75})
-        scored = json.loads((seed.scores / "summary.json").read_text())
-        for recipe in ("demo_pretrain",) + recipes:  # the runs' last evaluation: the same numbers
-            _write_run(seed, recipe, [scored[recipe]])
-    summary = demo.summarise(seeds, recipes)
+    recipes = ("demo_pretrain", "demo_clip_ft", "demo_leftright")
+    seeds = [demo.Seed(tmp_path, s, _args(recipes=list(recipes[1:]))) for s in (0, 1, 2)]
+    accs = [_write_items(demo, seed, recipes, {"demo_leftright": 0.75}) for seed in seeds]
+    summary = demo.summarise(seeds, recipes[1:])
     row = summary["paired"]["demo_leftright"]["left_right/acc"]
-    per_seed = [json.loads((s.scores / "summary.json").read_text()) for s in seeds]
-    expected = [p["demo_leftright"]["left_right/acc"] - p["demo_clip_ft"]["left_right/acc"] for p in per_seed]
+    expected = [a["demo_leftright"] - a["demo_clip_ft"] for a in accs]
     assert row["per_seed"] == pytest.approx(expected) and row["diff"] == pytest.approx(sum(expected) / 3)
     assert row["test"] == "mcnemar" and row["p_holm"] < 1e-6 and row["ci"][0] > 0.1
-    assert summary["intervals_seed"] == 0 and summary["differs"] == []
+    assert list(summary["paired"]) == ["demo_leftright"] and summary["intervals_seed"] == 0
+    lr = summary["intervals"]["demo_leftright"]["left_right/acc"]
+    assert lr["value"] == pytest.approx(accs[0]["demo_leftright"]) and lr["ci"][0] < lr["value"] < lr["ci"][1]
     text = demo.markdown(summary, "x", 1.0)
-    lr = per_seed[0]["demo_leftright"]["left_right/acc"]
     assert "Seed 0, each accuracy with its 95 % bootstrap interval" in text
-    assert f"{100 * lr:.1f} [{100 * (lr - 0.07):.1f}, {100 * (lr + 0.07):.1f}]" in text
-    assert f"**{100 * row['diff']:+.1f} [" in text and "Warning" not in text
-    # a score that is not the run's last evaluation is named; a seed without scores: no such tables
-    _write_run(seeds[1], "demo_leftright", [{"left_right/acc": 0.1}])
-    assert demo.summarise(seeds, recipes)["differs"] == [[1, "demo_leftright", "left_right/acc"]]
-    (seeds[2].scores / "summary.json").unlink()
-    summary = demo.summarise(seeds, recipes)
+    assert f"{100 * lr['value']:.1f} [{100 * lr['ci'][0]:.1f}, {100 * lr['ci'][1]:.1f}]" in text
+    assert f"**{100 * row['diff']:+.1f} [" in text
+    # a run without per-item values (trained before the trainer kept them): no such tables
+    for path in (seeds[2].runs / "demo_clip_ft" / "eval_items").iterdir():
+        path.unlink()
+    summary = demo.summarise(seeds, recipes[1:])
     assert "paired" not in summary and "bootstrap interval" not in demo.markdown(summary, "x", 1.0)
 
 
-def test_the_scores_step_scores_the_base_and_each_finetune_with_per_item_records(demo, tmp_path):
-    seed = demo.Seed(tmp_path, 4, _args(recipes=["demo_clip_ft", "demo_trohn_text"]))
-    ran = []
-    seed.run = lambda name, cmd, threads=2, step="": ran.append(cmd)
-    assert seed.score() and not seed.scores_done()
-    cmd = ran[0]
-    assert cmd[1:4] == ["-m", "compclip.eval", "score"] and "--no-plots" in cmd
-    assert cmd[cmd.index("--out") + 1] == str(seed.scores)
-    assert cmd[cmd.index("--benchmarks") + 1] == "visla,sugarcrepe,bivlc,aro,left_right"
-    pairs = [(cmd[i + 1], cmd[i + 3]) for i, a in enumerate(cmd) if a == "--pretrained"]
-    assert pairs == [(str(seed.base), "demo_pretrain"), (str(seed.runs / "demo_clip_ft"), "demo_clip_ft"),
-                     (str(seed.runs / "demo_trohn_text"), "demo_trohn_text")]
-    _write_scores(demo, seed)
-    assert seed.scores_done() and not seed.score()
-    from compclip.trainer.recipe import load_recipe
-    for r in demo.FINETUNES:  # what every run is evaluated on
-        assert tuple(load_recipe(str(ROOT / "recipes" / f"{r}.yaml"), []).eval.benchmarks) == demo.BENCHMARKS
-
-
 def _stub_steps_done(demo, seed):
-    """A seed whose world, base model, NegCLIP data, start numbers and scores exist (their steps skip)."""
+    """A seed whose world, base model, NegCLIP data and start numbers exist (their steps skip)."""
     seed.world.mkdir(parents=True, exist_ok=True)
     (seed.world / "world.json").write_text("{}")
     seed.base.write_bytes(b"")
@@ -361,7 +336,6 @@ def _stub_steps_done(demo, seed):
     (seed.dir / "start").mkdir(parents=True, exist_ok=True)
     for recipe in seed.args.recipes:
         (seed.dir / "start" / f"{recipe}.json").write_text(json.dumps({"val/i2t_acc": 0.5}))
-    _write_scores(demo, seed)
 
 
 def test_overall_progress_names_the_finetune_and_gives_elapsed_and_eta(demo, tmp_path, capsys):
@@ -391,9 +365,8 @@ def test_overall_eta_scales_the_expected_step_times_by_the_speed_so_far(demo, tm
     (seed.world).mkdir(parents=True)
     (seed.world / "world.json").write_text("{}")  # done: not counted
     overall = demo.Overall([seed], slots=2, clock=lambda: now[0])
-    assert set(overall.units) == {(0, "base model"), (0, "start numbers"), (0, "demo_clip_ft"), (0, "scores")}
-    left = (demo.EXPECTED_S["base model"] + demo.EXPECTED_S["start numbers"] + demo.FINETUNE_S["demo_clip_ft"] / 2
-            + demo.EXPECTED_S["scores"])
+    assert set(overall.units) == {(0, "base model"), (0, "start numbers"), (0, "demo_clip_ft")}
+    left = demo.EXPECTED_S["base model"] + demo.EXPECTED_S["start numbers"] + demo.FINETUNE_S["demo_clip_ft"] / 2
     assert overall.eta() == pytest.approx(left)  # nothing done yet: the expected seconds
     overall.progress(0, "base model", 0.5)
     now[0] += demo.EXPECTED_S["base model"]  # half the base model took its whole expected time: speed 2

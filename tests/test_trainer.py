@@ -180,8 +180,9 @@ def test_end_to_end_with_the_real_eval_api(recipe, tmp_path):
 
 
 def test_interval_half_widths_beside_each_metric_and_the_best_within_noise(recipe, tmp_path, capsys):
-    """eval_ci/<name> in TensorBoard and the intervals in eval.jsonl every epoch; best.json and the
-    last line say which other evaluations the best one's 95 % interval overlaps."""
+    """eval_ci/<name> in TensorBoard, the intervals in eval.jsonl and the per-item values in
+    eval_items/ every epoch; best.json and the last line say which other evaluations the best
+    one's 95 % interval overlaps."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tests.fixtures.eval_data import make_data_root
     root = make_data_root(tmp_path / "bench")
@@ -193,10 +194,16 @@ def test_interval_half_widths_beside_each_metric_and_the_best_within_noise(recip
     events.Reload()
     half = events.Scalars("eval_ci/sugarcrepe/macro")
     assert [e.step for e in half] == [l["step"] for l in lines] == [4, 8]
+    from compclip.eval.stats import intervals, load_tables
+    from compclip.trainer.evaluation import items_path
     for line, event in zip(lines, half):
         lo, hi = line["intervals"]["sugarcrepe/macro"]
         assert lo <= line["metrics"]["sugarcrepe/macro"] <= hi
         assert event.value == pytest.approx((hi - lo) / 2)
+        # each evaluation's per-item values are kept: they give its numbers and intervals again
+        table = load_tables(items_path(run_dir, line["step"]))["sugarcrepe"]
+        assert table.metrics["macro"].point() == pytest.approx(line["metrics"]["sugarcrepe/macro"])
+        assert list(intervals(table)["macro"]) == pytest.approx([lo, hi])
     choice = json.loads((run_dir / "best.json").read_text())
     best = (run_dir / "checkpoints" / "best").read_text().strip()
     assert best == f"step-{choice['step']:07d}.pt" and choice["metric"] == "sugarcrepe/macro"

@@ -83,7 +83,11 @@ def test_a_run_folder_with_checkpoints_is_not_overwritten_silently(recipe, tmp_p
     err = capsys.readouterr().err
     assert "already holds checkpoints" in err and "checkpoint.resume=auto" in err and "checkpoint.overwrite=true" in err
     assert sorted(p.name for p in (tmp_path / "runs" / "fid" / "checkpoints").iterdir()) == before
+    stale = tmp_path / "runs" / "fid" / "eval_items" / "step-0009999.items.npz"  # an earlier run's values
+    stale.parent.mkdir()
+    stale.write_bytes(b"")
     assert run([recipe, "schedule.epochs=1", "checkpoint.overwrite=true"]) == 0
+    assert not stale.exists()
     assert len((tmp_path / "runs" / "fid" / "eval.jsonl").read_text().splitlines()) == 1
 
 

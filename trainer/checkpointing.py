@@ -283,9 +283,11 @@ def existing_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def clear_run(run_dir: Path, accelerator) -> None:
-    """`checkpoint.overwrite`: remove an earlier run's checkpoints, eval log, best.json and TensorBoard events."""
+    """`checkpoint.overwrite`: remove an earlier run's checkpoints, eval log and per-item values,
+    best.json and TensorBoard events."""
     if accelerator.is_main_process:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        shutil.rmtree(run_dir / "eval_items", ignore_errors=True)
         shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
         (run_dir / "eval.jsonl").unlink(missing_ok=True)
         (run_dir / "best.json").unlink(missing_ok=True)

@@ -13,6 +13,9 @@ them), and
 `overlap_with_benchmarks` compares the COCO ids a shard set trained on (its manifest's
 `image_ids` file) with the COCO ids of the recipe's benchmarks (`compclip.shardset.benchmark_ids`).
 
+Each evaluation's per-item values (`eval.stats.ItemTable` per benchmark) are kept in
+`<run_dir>/eval_items/step-<step>.items.npz` (`save_items`, rank 0).
+
 After each evaluation: `within_noise` reads `eval.jsonl` and lists the evaluations whose 95 %
 interval of the best metric overlaps the best one's ("within noise": overlapping intervals are a
 cautious reading; `python -m eval compare` on the two checkpoints is the paired test), which the
@@ -21,6 +24,7 @@ trainer prints (`noise_line`) and writes to `<run_dir>/best.json`.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -114,14 +118,36 @@ def overlap_with_benchmarks(cfg: EvalConfig, sources) -> dict[str, int]:
 
 def evaluate_model(model: nn.Module, preprocess: Callable, tokenizer: Callable, cfg: EvalConfig,
                    device: torch.device, name: str,
-                   progress: bool = True) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
-    """({"<benchmark>/<metric>": value}, {name: 95 % (low, high)} for the metrics that have one)."""
+                   progress: bool = True) -> tuple[dict[str, float], dict[str, tuple[float, float]], dict]:
+    """({"<benchmark>/<metric>": value}, {name: 95 % (low, high)} for the metrics that have one,
+    {benchmark: eval.stats.ItemTable}: the per-item values behind the intervals)."""
     from compclip.eval.api import evaluate
     scorer = OpenClipScorer(model, preprocess, tokenizer, name=name, batch_size=cfg.batch_size, device=device)
     metrics = evaluate(scorer, list(cfg.benchmarks), cfg.data_root, dict(cfg.options), progress=progress)
     intervals = getattr(metrics, "intervals", {})
     return ({str(k): float(v) for k, v in metrics.items()},
-            {str(k): (float(lo), float(hi)) for k, (lo, hi) in intervals.items()})
+            {str(k): (float(lo), float(hi)) for k, (lo, hi) in intervals.items()}, getattr(metrics, "tables", {}))
+
+
+ITEMS_DIR = "eval_items"
+
+
+def items_path(run_dir: Path, step: int) -> Path:
+    """Where the evaluation at `step` keeps its per-item values (`eval.stats.save_tables`)."""
+    return Path(run_dir) / ITEMS_DIR / f"step-{step:07d}.items.npz"
+
+
+def save_items(run_dir: Path, step: int, tables: dict) -> Optional[Path]:
+    """Write one evaluation's item tables (what `eval.stats.load_tables` and `eval compare` read)."""
+    if not tables:
+        return None
+    from compclip.eval.stats import save_tables
+    path = items_path(run_dir, step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    save_tables(tables, tmp)
+    os.replace(tmp, path)
+    return path
 
 
 def within_noise(eval_log: Path, metric: str, best_step: int) -> Optional[dict]:

@@ -370,10 +370,12 @@ class Trainer:
         cfg = self.recipe.eval
         metrics, intervals = self.validate(), {}
         if cfg.benchmarks and (cfg.distributed or self.acc.is_main_process):
-            scored, intervals = evaluation.evaluate_model(
+            scored, intervals, tables = evaluation.evaluate_model(
                 self.acc.unwrap_model(self.model), self.loaded.preprocess, self.loaded.tokenizer, cfg,
                 self.acc.device, self.recipe.name, progress=self.recipe.logging.progress)
             metrics.update(scored)
+            if self.acc.is_main_process:
+                evaluation.save_items(self.run_dir, self.state.step, tables)
         self.acc.wait_for_everyone()
         if metrics:
             self.monitor.evaluation(metrics, self.state.step, self.state.epoch, self.overlap, intervals)
