@@ -52,8 +52,11 @@ import gc
 import json
 import marshal
 import os
+import pickle
+import tempfile
 import sys
 import time
+from array import array
 from collections import Counter, deque
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
@@ -65,7 +68,7 @@ from compclip.datagen.negatives.captions_io import CaptionItem, InputError, read
 from compclip.shardset.imageio import BadImage
 from compclip.datagen.negatives.base import Coverage
 from compclip.datagen.negatives.plausibility import DEFAULT_MARGIN
-from compclip.shardset.order import order_for_input, shuffled
+from compclip.shardset.order import order_for_input
 from compclip.datagen.negatives.rules import SPACY_MODEL, RuleNegativeGenerator, check_spacy_model, select_kinds
 from compclip.datagen.negatives.text import Parsed, view
 from compclip.datagen.negatives.vocab import Vocabulary
@@ -86,9 +89,10 @@ def build_vocabulary(items: Iterator[CaptionItem], n: int, max_words: int = 100,
                      parsed: Optional[list] = None, spacy_model: str = SPACY_MODEL,
                      pool=None) -> Vocabulary:
     """Mine the vocabulary from the first `n` captions; their parses are appended to `parsed`
-    when a list is given (as `text.Parsed`, not Docs: a few KB each), so the generation pass
-    need not parse them again. They are parsed block by block (the Docs of one block held at a
-    time), by the processes of `pool` (`_pool`) when given."""
+    when a list is given (`kept`: a `text.Parsed` pickled, ~1 KB; `reused` reads it back), so
+    the generation pass need not parse them again. They are parsed and mined block by block
+    (the Docs and `Parsed` of one block held at a time), by the processes of `pool` (`_pool`)
+    when given."""
     captions = [it.caption for it in islice(items, n)]
     blocks = [captions[b:b + _BLOCK] for b in range(0, len(captions), _BLOCK)]
     if pool is None:
@@ -96,10 +100,26 @@ def build_vocabulary(items: Iterator[CaptionItem], n: int, max_words: int = 100,
         done: Iterator[list] = (_kept(gen, block) for block in blocks)
     else:
         done = pool.imap(_parse_block, blocks)
-    docs = [d for block in done for d in block]
-    if parsed is not None:
-        parsed.extend(docs)
-    return Vocabulary.mine(view(d) for d in docs if d is not None)
+
+    def views() -> Iterator:
+        for block in done:
+            for d in block:
+                if parsed is not None:
+                    parsed.append(None if d is None else kept(d))
+                if d is not None:
+                    yield view(d)
+    return Vocabulary.mine(views())
+
+
+def kept(parse: Parsed) -> bytes:
+    """A kept parse as one bytes object: a `Parsed` holds hundreds of small objects (~5 KB);
+    freed, they leave the heap fragmented, and the process's memory does not go down."""
+    return pickle.dumps(parse, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def reused(record: bytes) -> Parsed:
+    """The `Parsed` that `kept` stored."""
+    return pickle.loads(record)
 
 
 def _kept(gen: RuleNegativeGenerator, captions: list[str]) -> list[Optional[Parsed]]:
@@ -128,11 +148,12 @@ def _init_worker(config: dict[str, Any], vocab_path: Optional[str], seed: int,
 
 def _work(start: int, captions: list[str], reuse: Optional[list] = None) -> list[Any]:
     """Negatives (or a skip reason) for captions `start, start+1, ...` of the input; `reuse`
-    holds the parses of the first of them kept from the vocabulary pass (`text.Parsed`). The
+    holds the parses of the first of them kept from the vocabulary pass (`kept`). The
     others are parsed one spaCy batch at a time: the Docs of one batch are held, not a chunk's."""
     gen: RuleNegativeGenerator = _WORKER["gen"]
     reuse = reuse or []
-    out = [_negatives(gen, caption, doc, start + i) for i, (caption, doc) in enumerate(zip(captions, reuse))]
+    out = [_negatives(gen, caption, None if doc is None else reused(doc), start + i)
+           for i, (caption, doc) in enumerate(zip(captions, reuse))]
     for b in range(len(reuse), len(captions), gen.batch_size):
         batch = captions[b:b + gen.batch_size]
         out += [_negatives(gen, caption, doc, start + b + i)
@@ -290,7 +311,7 @@ def run_generate(input_path: str | Path, out_dir: str | Path,
         writer = ShardSetWriter(out_dir, max_count=opt.shard_size, features=features, order=order)
         done = writer.inputs_done
         run: Counter[str] = Counter()  # this run's counts; the writer keeps each shard's
-        bar = _progress(opt.progress, done, _total(input_path, source.permuted if permute else None, opt.limit))
+        bar = _progress(opt.progress, done, _total(input_path, source.permuted, opt.limit))
         write = _Write(writer, run, bar, opt)
         chunks = _chunks(islice(source.items(), done, None), done, opt.chunk_size)
         vocab_name = str(vocab_file) if vocab_file else None
@@ -322,35 +343,54 @@ def run_generate(input_path: str | Path, out_dir: str | Path,
 
 class _Input:
     """The caption items of a run, as every pass reads them: filtered by `splits` and `select`,
-    a text input permuted by the seed (read, filtered and permuted once, then reused), capped at
-    `limit`. A text input's items are kept as one `marshal` record each (key, caption, meta),
-    about a third of a `CaptionItem`'s memory, and rebuilt as they are read."""
+    a text input permuted by the seed (read, filtered and spilled once, `_Spilled`, then
+    reused), capped at `limit`."""
 
     def __init__(self, path: str | Path, opt: GenerateOptions, permute: bool):
         self.path, self.opt, self.permute = path, opt, permute
-        self.permuted: list[bytes] = []
+        self.permuted: Optional[_Spilled] = None
 
     def items(self) -> Iterator[CaptionItem]:
         opt = self.opt
-        if self.permute and self.permuted:
-            it: Iterator[CaptionItem] = map(_unpacked, self.permuted)
-        else:
-            it = read_items(self.path, image_col=opt.image_col, caption_col=opt.caption_col)
+        if self.permuted is None:
+            it: Iterator[CaptionItem] = read_items(self.path, image_col=opt.image_col, caption_col=opt.caption_col)
             if opt.splits:
                 it = (x for x in it if x.meta.get("split") in opt.splits)
             it = opt.select(it) if opt.select is not None else it
-            if self.permute:
-                self.permuted.extend(shuffled(map(_packed, it), opt.seed))
-                it = map(_unpacked, self.permuted)
+            if not self.permute:
+                return islice(it, opt.limit) if opt.limit is not None else it
+            self.permuted = _Spilled(it, opt.seed)
+        it = iter(self.permuted)
         return islice(it, opt.limit) if opt.limit is not None else it
 
 
-def _packed(item: CaptionItem) -> bytes:
-    return marshal.dumps((item.key, item.caption, item.meta))
+class _Spilled:
+    """Items written once to an unnamed temporary file, one `marshal` record each (key,
+    caption, meta), and read back in the seeded order of `compclip.shardset.order.permutation`
+    (the order `shuffled` gives): memory holds two int64 per item (its record's offset and the
+    permutation), not the items, so it does not grow with the input."""
 
+    def __init__(self, items: Iterator[CaptionItem], seed: int):
+        import numpy as np
+        from compclip.shardset.order import permutation
+        self.file = tempfile.TemporaryFile()  # removed when closed, or at once where it can be
+        ends = array("q")
+        for item in items:
+            self.file.write(marshal.dumps((item.key, item.caption, item.meta)))
+            ends.append(self.file.tell())
+        self.file.flush()
+        self.offsets = np.zeros(len(ends) + 1, dtype=np.int64)
+        self.offsets[1:] = ends
+        self.order = permutation(len(ends), seed)
 
-def _unpacked(record: bytes) -> CaptionItem:
-    return CaptionItem(*marshal.loads(record))
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __iter__(self) -> Iterator[CaptionItem]:
+        fd, offsets = self.file.fileno(), self.offsets
+        for i in self.order.tolist():
+            start, end = int(offsets[i]), int(offsets[i + 1])
+            yield CaptionItem(*marshal.loads(os.pread(fd, end - start, start)))
 
 
 class _Write:
@@ -496,7 +536,7 @@ def _read_stats(out_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def _total(input_path: str | Path, permuted: Optional[list], limit: Optional[int]) -> Optional[int]:
+def _total(input_path: str | Path, permuted: Optional[_Spilled], limit: Optional[int]) -> Optional[int]:
     """Items this run reads in all (the progress bar's total, hence its ETA): a text input is in
     memory already; a shard set's manifest counts its samples; a lone .tar shard is not counted."""
     total = None
