@@ -388,9 +388,10 @@ class _Spilled:
 
     def __iter__(self) -> Iterator[CaptionItem]:
         fd, offsets = self.file.fileno(), self.offsets
-        for i in self.order.tolist():
-            start, end = int(offsets[i]), int(offsets[i + 1])
-            yield CaptionItem(*marshal.loads(os.pread(fd, end - start, start)))
+        for b in range(0, len(self.order), _BLOCK):  # a block of Python ints at a time, not n
+            for i in self.order[b:b + _BLOCK].tolist():
+                start, end = int(offsets[i]), int(offsets[i + 1])
+                yield CaptionItem(*marshal.loads(os.pread(fd, end - start, start)))
 
 
 class _Write:
