@@ -6,14 +6,14 @@
    present (a resumed run), else the file given, else mined from the first `vocab_sample`
    captions; saved to `out/vocab.json` either way, so every chunk, worker and resume draws from
    the same words. That sample is parsed by the worker processes when there are several, and
-   its parses are kept (`text.Parsed`: text and token view, not the spaCy Doc) and reused by
-   step 2, inline or sent to a worker with their chunk: every caption is parsed once. Worker
-   processes forked from the main one inherit its vocabulary.
+   its parses are kept (`text.Parsed`: text and token view, not the spaCy Doc; pickled,
+   `kept`) and reused by step 2, inline or sent to a worker with their chunk: every caption is
+   parsed once. Worker processes forked from the main one inherit its vocabulary.
 2. Items are read in order and cut into chunks; each chunk's captions go to a worker (or run
    inline with `workers=1`), which parses them once and returns their negatives. Caption `i` of
    the input always uses seed `(seed, i)`, so output does not depend on chunking or workers.
-3. The main process writes samples (text inputs in a seeded permutation, `compclip.shardset.order`)
-   through `ShardSetWriter`; a killed run resumes after the last complete shard (`inputs_done`
+3. The main process writes samples (text inputs in a seeded permutation, `compclip.shardset.order`,
+   read back from a temporary file: `_Spilled`) through `ShardSetWriter`; a killed run resumes after the last complete shard (`inputs_done`
    items are skipped, not re-parsed) and produces byte-identical shards. Shard inputs are
    copied member by member (images are never decoded) with `neg.json` added; rule negatives
    already there are replaced, others kept. The run holds the output folder's lock
