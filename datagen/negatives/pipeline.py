@@ -13,8 +13,9 @@
    inline with `workers=1`), which parses them once and returns their negatives. Caption `i` of
    the input always uses seed `(seed, i)`, so output does not depend on chunking or workers.
 3. The main process writes samples (text inputs in a seeded permutation, `compclip.shardset.order`,
-   read back from a temporary file: `_Spilled`) through `ShardSetWriter`; a killed run resumes after the last complete shard (`inputs_done`
-   items are skipped, not re-parsed) and produces byte-identical shards. Shard inputs are
+   read back from a temporary file: `_Spilled`) through `ShardSetWriter`; a killed run resumes
+   after the last complete shard (`inputs_done` items are skipped, not re-parsed) and produces
+   byte-identical shards. Shard inputs are
    copied member by member (images are never decoded) with `neg.json` added; rule negatives
    already there are replaced, others kept. The run holds the output folder's lock
    (`datagen.outlock`) from its first write to its end, and records the input's fingerprint
@@ -538,8 +539,9 @@ def _read_stats(out_dir: Path) -> dict[str, Any]:
 
 
 def _total(input_path: str | Path, permuted: Optional[_Spilled], limit: Optional[int]) -> Optional[int]:
-    """Items this run reads in all (the progress bar's total, hence its ETA): a text input is in
-    memory already; a shard set's manifest counts its samples; a lone .tar shard is not counted."""
+    """Items this run reads in all (the progress bar's total, hence its ETA): a text input is
+    spilled already (`_Spilled`); a shard set's manifest counts its samples; a lone .tar shard
+    is not counted."""
     total = None
     if permuted is not None:
         total = len(permuted)
