@@ -83,7 +83,7 @@ VOCAB_FILE = "vocab.json"
 GC_THRESHOLD = 200_000  # new objects between two passes of the cyclic collector (Python: 700)
 STATS_FILE = "negatives_stats.json"
 _WORKER: dict[str, Any] = {}
-_BLOCK = 1024  # captions per block of the vocabulary pass (4 of spaCy's default batches)
+_BLOCK = 1024  # captions per block of the vocabulary pass (4 of spaCy's batches of 256)
 
 
 def build_vocabulary(items: Iterator[CaptionItem], n: int, max_words: int = 100,
@@ -220,7 +220,7 @@ class GenerateOptions:
     vocab_path: Optional[str | Path] = None
     vocab_sample: int = 20_000
     max_words: int = 100
-    batch_size: int = 256
+    batch_size: int = 64  # spaCy's arrays for one batch: ~24 MB at 64 captions, ~60 MB at 256 (same tags)
     progress: bool = True
     image_col: Optional[str] = None
     caption_col: Optional[str] = None
