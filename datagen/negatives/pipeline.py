@@ -6,15 +6,16 @@
    present (a resumed run), else the file given, else mined from the first `vocab_sample`
    captions; saved to `out/vocab.json` either way, so every chunk, worker and resume draws from
    the same words. That sample is parsed by the worker processes when there are several, and
-   its parses are kept (`text.Parsed`: text and token view, not the spaCy Doc) and reused by
-   step 2, inline or sent to a worker with their chunk: every caption is parsed once. Worker
-   processes forked from the main one inherit its vocabulary.
+   its parses are kept (`text.Parsed`: text and token view, not the spaCy Doc; pickled,
+   `kept`) and reused by step 2, inline or sent to a worker with their chunk: every caption is
+   parsed once. Worker processes forked from the main one inherit its vocabulary.
 2. Items are read in order and cut into chunks; each chunk's captions go to a worker (or run
    inline with `workers=1`), which parses them once and returns their negatives. Caption `i` of
    the input always uses seed `(seed, i)`, so output does not depend on chunking or workers.
-3. The main process writes samples (text inputs in a seeded permutation, `compclip.shardset.order`)
-   through `ShardSetWriter`; a killed run resumes after the last complete shard (`inputs_done`
-   items are skipped, not re-parsed) and produces byte-identical shards. Shard inputs are
+3. The main process writes samples (text inputs in a seeded permutation, `compclip.shardset.order`,
+   read back from a temporary file: `_Spilled`) through `ShardSetWriter`; a killed run resumes
+   after the last complete shard (`inputs_done` items are skipped, not re-parsed) and produces
+   byte-identical shards. Shard inputs are
    copied member by member (images are never decoded) with `neg.json` added; rule negatives
    already there are replaced, others kept. The run holds the output folder's lock
    (`datagen.outlock`) from its first write to its end, and records the input's fingerprint
@@ -52,8 +53,11 @@ import gc
 import json
 import marshal
 import os
+import pickle
+import tempfile
 import sys
 import time
+from array import array
 from collections import Counter, deque
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
@@ -65,7 +69,7 @@ from compclip.datagen.negatives.captions_io import CaptionItem, InputError, read
 from compclip.shardset.imageio import BadImage
 from compclip.datagen.negatives.base import Coverage
 from compclip.datagen.negatives.plausibility import DEFAULT_MARGIN
-from compclip.shardset.order import order_for_input, shuffled
+from compclip.shardset.order import order_for_input
 from compclip.datagen.negatives.rules import SPACY_MODEL, RuleNegativeGenerator, check_spacy_model, select_kinds
 from compclip.datagen.negatives.text import Parsed, view
 from compclip.datagen.negatives.vocab import Vocabulary
@@ -79,16 +83,17 @@ VOCAB_FILE = "vocab.json"
 GC_THRESHOLD = 200_000  # new objects between two passes of the cyclic collector (Python: 700)
 STATS_FILE = "negatives_stats.json"
 _WORKER: dict[str, Any] = {}
-_BLOCK = 1024  # captions per block of the vocabulary pass (4 of spaCy's default batches)
+_BLOCK = 1024  # captions per block of the vocabulary pass (4 of spaCy's batches of 256)
 
 
 def build_vocabulary(items: Iterator[CaptionItem], n: int, max_words: int = 100,
                      parsed: Optional[list] = None, spacy_model: str = SPACY_MODEL,
                      pool=None) -> Vocabulary:
     """Mine the vocabulary from the first `n` captions; their parses are appended to `parsed`
-    when a list is given (as `text.Parsed`, not Docs: a few KB each), so the generation pass
-    need not parse them again. They are parsed block by block (the Docs of one block held at a
-    time), by the processes of `pool` (`_pool`) when given."""
+    when a list is given (`kept`: a `text.Parsed` pickled, ~1 KB; `reused` reads it back), so
+    the generation pass need not parse them again. They are parsed and mined block by block
+    (the Docs and `Parsed` of one block held at a time), by the processes of `pool` (`_pool`)
+    when given."""
     captions = [it.caption for it in islice(items, n)]
     blocks = [captions[b:b + _BLOCK] for b in range(0, len(captions), _BLOCK)]
     if pool is None:
@@ -96,10 +101,26 @@ def build_vocabulary(items: Iterator[CaptionItem], n: int, max_words: int = 100,
         done: Iterator[list] = (_kept(gen, block) for block in blocks)
     else:
         done = pool.imap(_parse_block, blocks)
-    docs = [d for block in done for d in block]
-    if parsed is not None:
-        parsed.extend(docs)
-    return Vocabulary.mine(view(d) for d in docs if d is not None)
+
+    def views() -> Iterator:
+        for block in done:
+            for d in block:
+                if parsed is not None:
+                    parsed.append(None if d is None else kept(d))
+                if d is not None:
+                    yield view(d)
+    return Vocabulary.mine(views())
+
+
+def kept(parse: Parsed) -> bytes:
+    """A kept parse as one bytes object: a `Parsed` holds hundreds of small objects (~5 KB);
+    freed, they leave the heap fragmented, and the process's memory does not go down."""
+    return pickle.dumps(parse, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def reused(record: bytes) -> Parsed:
+    """The `Parsed` that `kept` stored."""
+    return pickle.loads(record)
 
 
 def _kept(gen: RuleNegativeGenerator, captions: list[str]) -> list[Optional[Parsed]]:
@@ -128,11 +149,12 @@ def _init_worker(config: dict[str, Any], vocab_path: Optional[str], seed: int,
 
 def _work(start: int, captions: list[str], reuse: Optional[list] = None) -> list[Any]:
     """Negatives (or a skip reason) for captions `start, start+1, ...` of the input; `reuse`
-    holds the parses of the first of them kept from the vocabulary pass (`text.Parsed`). The
+    holds the parses of the first of them kept from the vocabulary pass (`kept`). The
     others are parsed one spaCy batch at a time: the Docs of one batch are held, not a chunk's."""
     gen: RuleNegativeGenerator = _WORKER["gen"]
     reuse = reuse or []
-    out = [_negatives(gen, caption, doc, start + i) for i, (caption, doc) in enumerate(zip(captions, reuse))]
+    out = [_negatives(gen, caption, None if doc is None else reused(doc), start + i)
+           for i, (caption, doc) in enumerate(zip(captions, reuse))]
     for b in range(len(reuse), len(captions), gen.batch_size):
         batch = captions[b:b + gen.batch_size]
         out += [_negatives(gen, caption, doc, start + b + i)
@@ -198,7 +220,7 @@ class GenerateOptions:
     vocab_path: Optional[str | Path] = None
     vocab_sample: int = 20_000
     max_words: int = 100
-    batch_size: int = 256
+    batch_size: int = 64  # spaCy's arrays for one batch: ~24 MB at 64 captions, ~60 MB at 256 (same tags)
     progress: bool = True
     image_col: Optional[str] = None
     caption_col: Optional[str] = None
@@ -290,7 +312,7 @@ def run_generate(input_path: str | Path, out_dir: str | Path,
         writer = ShardSetWriter(out_dir, max_count=opt.shard_size, features=features, order=order)
         done = writer.inputs_done
         run: Counter[str] = Counter()  # this run's counts; the writer keeps each shard's
-        bar = _progress(opt.progress, done, _total(input_path, source.permuted if permute else None, opt.limit))
+        bar = _progress(opt.progress, done, _total(input_path, source.permuted, opt.limit))
         write = _Write(writer, run, bar, opt)
         chunks = _chunks(islice(source.items(), done, None), done, opt.chunk_size)
         vocab_name = str(vocab_file) if vocab_file else None
@@ -322,35 +344,55 @@ def run_generate(input_path: str | Path, out_dir: str | Path,
 
 class _Input:
     """The caption items of a run, as every pass reads them: filtered by `splits` and `select`,
-    a text input permuted by the seed (read, filtered and permuted once, then reused), capped at
-    `limit`. A text input's items are kept as one `marshal` record each (key, caption, meta),
-    about a third of a `CaptionItem`'s memory, and rebuilt as they are read."""
+    a text input permuted by the seed (read, filtered and spilled once, `_Spilled`, then
+    reused), capped at `limit`."""
 
     def __init__(self, path: str | Path, opt: GenerateOptions, permute: bool):
         self.path, self.opt, self.permute = path, opt, permute
-        self.permuted: list[bytes] = []
+        self.permuted: Optional[_Spilled] = None
 
     def items(self) -> Iterator[CaptionItem]:
         opt = self.opt
-        if self.permute and self.permuted:
-            it: Iterator[CaptionItem] = map(_unpacked, self.permuted)
-        else:
-            it = read_items(self.path, image_col=opt.image_col, caption_col=opt.caption_col)
+        if self.permuted is None:
+            it: Iterator[CaptionItem] = read_items(self.path, image_col=opt.image_col, caption_col=opt.caption_col)
             if opt.splits:
                 it = (x for x in it if x.meta.get("split") in opt.splits)
             it = opt.select(it) if opt.select is not None else it
-            if self.permute:
-                self.permuted.extend(shuffled(map(_packed, it), opt.seed))
-                it = map(_unpacked, self.permuted)
+            if not self.permute:
+                return islice(it, opt.limit) if opt.limit is not None else it
+            self.permuted = _Spilled(it, opt.seed)
+        it = iter(self.permuted)
         return islice(it, opt.limit) if opt.limit is not None else it
 
 
-def _packed(item: CaptionItem) -> bytes:
-    return marshal.dumps((item.key, item.caption, item.meta))
+class _Spilled:
+    """Items written once to an unnamed temporary file, one `marshal` record each (key,
+    caption, meta), and read back in the seeded order of `compclip.shardset.order.permutation`
+    (the order `shuffled` gives): memory holds two int64 per item (its record's offset and the
+    permutation), not the items, so it does not grow with the input."""
 
+    def __init__(self, items: Iterator[CaptionItem], seed: int):
+        import numpy as np
+        from compclip.shardset.order import permutation
+        self.file = tempfile.TemporaryFile()  # removed when closed, or at once where it can be
+        ends = array("q")
+        for item in items:
+            self.file.write(marshal.dumps((item.key, item.caption, item.meta)))
+            ends.append(self.file.tell())
+        self.file.flush()
+        self.offsets = np.zeros(len(ends) + 1, dtype=np.int64)
+        self.offsets[1:] = ends
+        self.order = permutation(len(ends), seed)
 
-def _unpacked(record: bytes) -> CaptionItem:
-    return CaptionItem(*marshal.loads(record))
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __iter__(self) -> Iterator[CaptionItem]:
+        fd, offsets = self.file.fileno(), self.offsets
+        for b in range(0, len(self.order), _BLOCK):  # a block of Python ints at a time, not n
+            for i in self.order[b:b + _BLOCK].tolist():
+                start, end = int(offsets[i]), int(offsets[i + 1])
+                yield CaptionItem(*marshal.loads(os.pread(fd, end - start, start)))
 
 
 class _Write:
@@ -496,9 +538,10 @@ def _read_stats(out_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def _total(input_path: str | Path, permuted: Optional[list], limit: Optional[int]) -> Optional[int]:
-    """Items this run reads in all (the progress bar's total, hence its ETA): a text input is in
-    memory already; a shard set's manifest counts its samples; a lone .tar shard is not counted."""
+def _total(input_path: str | Path, permuted: Optional[_Spilled], limit: Optional[int]) -> Optional[int]:
+    """Items this run reads in all (the progress bar's total, hence its ETA): a text input is
+    spilled already (`_Spilled`); a shard set's manifest counts its samples; a lone .tar shard
+    is not counted."""
     total = None
     if permuted is not None:
         total = len(permuted)

@@ -148,7 +148,7 @@ def _verbs_for_subject(voc, buckets: tuple, subject: str) -> frozenset:
         found = frozenset(w for b in buckets for w in voc.words(b)
                           if fits(kind[0], verb_need(w))
                           and (not (seen := _subject_kinds(voc, w)) or kind in seen or lemma in seen))
-        if len(cache) >= 1 << 14:
+        if len(cache) >= 1 << 12:  # each a set of up to hundreds of verbs
             cache.clear()
         cache[key] = found
     return found

@@ -62,7 +62,7 @@ for _i, _g in enumerate(SYNONYM_GROUPS):
 ATTRIBUTE_OF = {w: name for name, words in ATTRIBUTE_GROUPS.items() for w in words.split()}
 
 
-@lru_cache(maxsize=1 << 18)  # asked for the same pairs again and again by `Vocabulary.sample`
+@lru_cache(maxsize=1 << 16)  # asked for the same pairs again and again by `Vocabulary.sample`; ~150 B an entry
 def is_synonym(a: str, b: str) -> bool:
     """True when `b` must not replace `a`: same word, same crude lemma, one synonym group, or
     one a hypernym of the other (car / vehicle: "a vehicle" is still true of a car)."""
