@@ -369,7 +369,7 @@ class _Spilled:
     """Items written once to an unnamed temporary file, one `marshal` record each (key,
     caption, meta), and read back in the seeded order of `compclip.shardset.order.permutation`
     (the order `shuffled` gives): memory holds two int64 per item (its record's offset and the
-    permutation), not the items, so it does not grow with the input."""
+    permutation), 16 bytes an item whatever its size."""
 
     def __init__(self, items: Iterator[CaptionItem], seed: int):
         import numpy as np
