@@ -23,7 +23,9 @@ For each seed, everything under `<out>/seed-<s>/`:
    its validation batches (TensorBoard + `eval.jsonl`). Two trainers run at a time, one thread
    each (both cores busy).
 Then `<out>/results.md` and `results.json` (last-epoch metrics per recipe, mean and standard
-deviation over seeds, differences to the control) and `comparison.png` / `curves.png`. Every
+deviation over seeds, differences to the control; from the per-item values the trainer keeps of
+each run's last evaluation, the first seed's 95 % intervals and each finetune against the
+control pooled over the seeds, `item_statistics`) and `comparison.png` / `curves.png`. Every
 step is a command a user could type; each one's output goes to `<out>/seed-<s>/logs/`. A step
 whose output is complete is not run again and a killed training resumes from its last
 checkpoint (`checkpoint.resume=auto`), so a rerun after a kill continues. While a step runs, the
