@@ -193,19 +193,37 @@ def cmd_score(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    """Paired differences and tests of the models named, the first the baseline (`eval.compare`)."""
+    """Paired differences and tests of the models named, the first the baseline (`eval.compare`);
+    with `--pool`, every argument one seed's report folder and the comparison pooled over them."""
     from compclip.eval import compare
     from compclip.eval.api import validate_names
-    from compclip.eval.scorecache import ScoreCache, default_dir
     options = _options(args.options)
     if args.benchmarks:
         validate_names(args.benchmarks, options)
-    if args.pool:
-        return _compare_pooled(args)
+    strata = _pooled_reports(args) if args.pool else [_compared_models(args, options)]
+    labels = list(strata[0])
+    if args.label:
+        if len(args.label) != len(labels):
+            raise InputError(f"{len(args.label)} --label for {len(labels)} models ({', '.join(labels)})")
+        strata = [dict(zip(args.label, s.values())) for s in strata]
+    rows = compare.compare_pooled(strata, args.metrics, names=list(args.models) if args.pool else None)
+    baseline = next(iter(strata[0]))
+    print(compare.markdown(rows, baseline), end="")
+    if args.out:
+        written = compare.write(rows, baseline, args.out, plots=not args.no_plots)
+        print(f"comparison written to {args.out}: {', '.join(p.name for p in written.values())}")
+    return 0
+
+
+def _compared_models(args, options: dict) -> dict:
+    """{label: {benchmark: ItemTable}} of every argument: a report folder's models, or a
+    checkpoint's tables (from the score cache, else scored)."""
+    from compclip.eval import compare
+    from compclip.eval.scorecache import ScoreCache, default_dir
     folder = None if args.no_cache else args.cache_dir or default_dir()
     score_cache = ScoreCache(folder) if folder else None
     models: dict = {}
-    for i, arg in enumerate(args.models):
+    for arg in args.models:
         if (Path(arg) / "summary.json").is_file():
             found = compare.from_report(Path(arg), args.benchmarks)
         else:
@@ -218,40 +236,18 @@ def cmd_compare(args) -> int:
                                                   args.batch_size, not args.quiet)}
         for label, tables in found.items():
             models[f"{arg}:{label}" if label in models else label] = tables
-    labels = list(models)
-    if args.label:
-        if len(args.label) != len(labels):
-            raise InputError(f"{len(args.label)} --label for {len(labels)} models ({', '.join(labels)})")
-        models = dict(zip(args.label, models.values()))
-    rows = compare.compare(models, args.metrics)
-    baseline = next(iter(models))
-    print(compare.markdown(rows, baseline), end="")
-    if args.out:
-        written = compare.write(rows, baseline, args.out, plots=not args.no_plots)
-        print(f"comparison written to {args.out}: {', '.join(p.name for p in written.values())}")
-    return 0
+    return models
 
 
-def _compare_pooled(args) -> int:
-    """`compare --pool`: every argument one item set's report folder (a seed's), the same models in
-    each; the comparison is pooled over them (`eval.compare.compare_pooled`)."""
+def _pooled_reports(args) -> list[dict]:
+    """`--pool`: each argument's report folder (a seed's), as one item set of `compare_pooled`."""
     from compclip.eval import compare
     strata = []
     for arg in args.models:
         if not (Path(arg) / "summary.json").is_file():
             raise InputError(f"{arg}: --pool takes report folders written by score --out (no summary.json there)")
         strata.append(compare.from_report(Path(arg), args.benchmarks))
-    if args.label:
-        if len(args.label) != len(strata[0]):
-            raise InputError(f"{len(args.label)} --label for {len(strata[0])} models ({', '.join(strata[0])})")
-        strata = [dict(zip(args.label, s.values())) for s in strata]
-    rows = compare.compare_pooled(strata, args.metrics, names=list(args.models))
-    baseline = next(iter(strata[0]))
-    print(compare.markdown(rows, baseline), end="")
-    if args.out:
-        written = compare.write(rows, baseline, args.out, plots=not args.no_plots)
-        print(f"comparison written to {args.out}: {', '.join(p.name for p in written.values())}")
-    return 0
+    return strata
 
 
 def cmd_list(args) -> int:

@@ -579,11 +579,16 @@ def _cell(values: list[float], signed: bool = False) -> str:
     return text + (f" ± {100 * statistics.stdev(values):.1f}" if len(values) > 1 else "")
 
 
+def table_header() -> list[str]:
+    """The two header lines of a recipe x metric table (markdown)."""
+    return ["| recipe | " + " | ".join(short for _, short in METRICS) + " |", "|---|" + "---|" * len(METRICS)]
+
+
 def tables(summary: dict) -> str:
     """The accuracy table (mean ± std per recipe), the difference-to-control table and each
     seed's difference to the control, markdown."""
     seeds = summary["seeds"]
-    header = ["| recipe | " + " | ".join(short for _, short in METRICS) + " |", "|---|" + "---|" * len(METRICS)]
+    header = table_header()
     lines = list(header)
     for r, rows in summary["recipes"].items():
         cells = [_cell(rows[m]["values"]) if rows[m]["mean"] is not None else "–" for m, _ in METRICS]
@@ -613,7 +618,7 @@ def interval_table(summary: dict) -> str:
         return ""
     lines = ["", f"Seed {summary['intervals_seed']}, each accuracy with its 95 % bootstrap interval over the "
              "benchmark's items (resampled by image; docs/eval.md):", "",
-             "| recipe | " + " | ".join(short for _, short in METRICS) + " |", "|---|" + "---|" * len(METRICS)]
+             *table_header()]
     for r, by_metric in found.items():
         cells = [f"{100 * by_metric[m]['value']:.1f} [{100 * by_metric[m]['ci'][0]:.1f}, "
                  f"{100 * by_metric[m]['ci'][1]:.1f}]" if m in by_metric else "–" for m, _ in METRICS]
@@ -632,7 +637,7 @@ def paired_table(summary: dict) -> str:
              "the paired bootstrap test for a macro average or ARO order), Holm-corrected per recipe over the "
              f"{len(METRICS)} columns; **bold**: p (Holm) < 0.05. The models are taken as fixed: this is the "
              "uncertainty over items, not over training runs (the per-seed rows above show the spread over seeds).",
-             "", "| recipe | " + " | ".join(short for _, short in METRICS) + " |", "|---|" + "---|" * len(METRICS)]
+             "", *table_header()]
     for r, by_metric in paired.items():
         cells = []
         for m, _ in METRICS:
