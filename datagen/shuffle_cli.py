@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
     p.add_argument("--src", default=None, help="input shard set (complete)")
     p.add_argument("legacy", nargs="*", metavar="SRC OUT", help=argparse.SUPPRESS)
     p.add_argument("--buckets", type=positive_int, default=None,
-                   help="temporary buckets; memory holds one (if not given: one per 256 MiB of input)")
+                   help="temporary buckets (if not given: one per 256 MiB of input)")
     p.add_argument("--work-dir", default=None, help="bucket folder (if not given: <out>/.shuffle)")
     shard_args(p)
     p.set_defaults(run=cmd_shuffle)

@@ -1,6 +1,6 @@
 """`datagen shuffle` (compclip.shardset.shuffle) at scale: the output is byte for byte what the
-tarfile-based pass 1 wrote, the Python-level peak memory stays flat when the set grows 4x (with
-the bucket size kept the same), a text-only set (what `negatives generate` writes) shuffles, and
+tarfile-based pass 1 and the in-memory pass 2 wrote, the Python-level peak memory stays flat when
+the set grows 4x (with the bucket size kept the same, or the number of buckets), a text-only set (what `negatives generate` writes) shuffles, and
 the command makes no `tarfile` header object per member and reads back the output's headers, not
 its payloads."""
 import io
@@ -53,15 +53,22 @@ def old_scatter(src, work, seed, buckets, progress=True):
     return counts
 
 
+def old_bucket_in_order(path, order):
+    """Pass 2's read as it was before: the whole bucket in memory, then indexed."""
+    samples = list(iter_raw_samples(path))
+    assert len(samples) == len(order)
+    return (samples[int(i)] for i in order)
+
+
 def shard_hashes(directory):
     return [s["sha256"] for s in read_manifest(directory)["shards"]]
 
 
-def test_output_is_byte_identical_to_the_tarfile_pass_1(tmp_path, monkeypatch):
+def test_output_is_byte_identical_to_the_tarfile_pass_1_and_the_in_memory_pass_2(tmp_path, monkeypatch):
     src = tiny_set(tmp_path / "src", 700, shard_size=90)
     new = shuffle_shard_set(src, tmp_path / "new", seed=3, buckets=5, max_count=60, progress=False)
     monkeypatch.setattr(shuffle_mod, "scatter", old_scatter)
-    monkeypatch.setattr(shuffle_mod, "_iter_bucket", iter_raw_samples, raising=False)
+    monkeypatch.setattr(shuffle_mod, "bucket_in_order", old_bucket_in_order)
     old = shuffle_shard_set(src, tmp_path / "old", seed=3, buckets=5, max_count=60, progress=False)
     assert len(new["shards"]) == 12 and shard_hashes(tmp_path / "new") == shard_hashes(tmp_path / "old")
 
@@ -86,6 +93,14 @@ def test_peak_memory_stays_flat_at_4x_the_samples(tmp_path):
     small = peak_bytes(tiny_set(tmp_path / "s", 4_000), tmp_path / "s_out", 4)
     large = peak_bytes(tiny_set(tmp_path / "l", 16_000), tmp_path / "l_out", 16)
     print(f"peak: {small / 1e6:.2f} MB at 4,000 samples, {large / 1e6:.2f} MB at 16,000")
+    assert large <= 1.2 * small, (small, large)
+
+
+def test_peak_memory_stays_flat_when_each_bucket_holds_4x_the_samples(tmp_path):
+    # pass 2 reads a bucket's samples one at a time, keeping two offsets per sample, not the bucket
+    small = peak_bytes(tiny_set(tmp_path / "s", 4_000, shard_size=2_000), tmp_path / "s_out", 2)
+    large = peak_bytes(tiny_set(tmp_path / "l", 16_000, shard_size=2_000), tmp_path / "l_out", 2)
+    print(f"peak: {small / 1e6:.2f} MB at 2,000 samples a bucket, {large / 1e6:.2f} MB at 8,000")
     assert large <= 1.2 * small, (small, large)
 
 

@@ -8,14 +8,16 @@ appends its raw members (bytes untouched) to one of N temporary bucket tar files
 folder (default `OUT/.shuffle`), chosen by a seeded random draw per sample; the buckets are
 written member by member (`compclip.shardset.tarblocks`), keeping nothing per member, so memory
 does not grow with the set (`tests/test_shuffle_scale.py`). Samples need no image (text-only sets
-shuffle). Pass 2 loads one bucket at a time, shuffles its samples with a generator seeded by
-(seed, bucket), and writes them through `ShardSetWriter` without checking them again. On a set
-`ShardSetWriter` wrote, neither pass nor the final check makes a `tarfile` object per member:
-headers are read and written as bytes (`tests/test_shuffle_scale.py`). Uniform bucket choice
-followed by a uniform shuffle of each bucket gives a uniformly random permutation of the whole
-set, reproducible from the seed and N; memory holds one bucket (about total bytes / N; the
-default N aims at `BUCKET_BYTES` per bucket), disk holds one extra copy of SRC while it runs (the
-buckets are deleted at the end).
+shuffle). Pass 2 takes one bucket at a time: it lists each sample's byte range from the
+bucket's headers, draws an order with a generator seeded by (seed, bucket), reads the samples in
+that order one range at a time and writes them through `ShardSetWriter` without checking them
+again, so memory holds two offsets per sample of one bucket, not its samples
+(`tests/test_shuffle_scale.py`). On a set `ShardSetWriter` wrote, neither
+pass nor the final check makes a `tarfile` object per member: headers are read and written as
+bytes (`tests/test_shuffle_scale.py`). Uniform bucket choice followed by a uniform shuffle of
+each bucket gives a uniformly random permutation of the whole set, reproducible from the seed and
+N (the default N aims at `BUCKET_BYTES` per bucket); disk holds one extra copy of SRC while it
+runs (the buckets are deleted at the end).
 
 Pass 1 checks every sample against the shard schema, so a bad one (e.g. a caption that is not
 UTF-8) stops the run with one line naming the sample and its shard in SRC. Resumable: a
@@ -31,17 +33,21 @@ writer wrote them).
 """
 from __future__ import annotations
 
+import itertools
+from array import array
 import json
 import math
 import shutil
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
+
+import numpy as np
 
 from compclip.shardset.order import rng, shuffled_order
 from compclip.shardset.schema import SchemaError, ShardSample
 from compclip.shardset.shards import (CARRIED_KEYS, ShardSetWriter, iter_raw_samples, listed_shard,
                                       member_key, read_manifest, shard_urls)
-from compclip.shardset.tarblocks import TarWriter, iter_members
+from compclip.shardset.tarblocks import TarWriter, iter_members, iter_spans, read_span
 from compclip.fileio import atomic_write
 
 BUCKET_BYTES = 256 << 20
@@ -92,6 +98,36 @@ def scatter(src: str | Path, work: Path, seed: int, buckets: int, progress: bool
     return counts
 
 
+def sample_spans(path: Path) -> np.ndarray:
+    """(start, end) byte range of each sample of a bucket file, in file order, from its headers."""
+    starts, ends, last = array("q"), array("q"), None  # 16 bytes a sample, no object per sample
+    for name, offset, size in iter_spans(path):
+        key = member_key(name)[0]
+        if key != last:
+            starts.append(offset)
+            ends.append(offset)
+            last = key
+        ends[-1] = offset + size
+    return np.stack([np.frombuffer(starts, np.int64), np.frombuffer(ends, np.int64)], axis=1)
+
+
+def bucket_in_order(path: Path, order: np.ndarray) -> Iterator[dict[str, Any]]:
+    """The raw samples of a bucket file at positions `order` (a permutation of its samples), each
+    read from its byte range."""
+    spans = sample_spans(path)
+    if len(spans) != len(order):
+        raise ValueError(f"{path}: {len(spans)} samples, expected {len(order)}; delete "
+                         f"{path.parent} and rerun")
+    with open(path, "rb") as f:
+        for i in order:
+            raw: dict[str, Any] = {}
+            for name, value in read_span(f, int(spans[i, 0]), int(spans[i, 1])):
+                key, ext = member_key(name)
+                raw.setdefault("__key__", key)
+                raw[ext] = value
+            yield raw
+
+
 def shuffle_shard_set(src: str | Path, out: str | Path, seed: int = 0,
                       buckets: Optional[int] = None, work_dir: Optional[str | Path] = None,
                       max_count: int = 10_000, max_bytes: int = 1 << 30, progress: bool = True) -> dict[str, Any]:
@@ -124,17 +160,13 @@ def shuffle_shard_set(src: str | Path, out: str | Path, seed: int = 0,
             if position + count <= skip:  # a bucket wholly in complete shards: not even read
                 position += count
                 continue
-            samples = list(iter_raw_samples(_bucket_path(work, b)))
-            if len(samples) != count:
-                raise ValueError(f"{_bucket_path(work, b)}: {len(samples)} samples, expected "
-                                 f"{count}; delete {work} and rerun")
-            for i in rng(seed, f"shuffle-bucket-{b}").permutation(count):
-                if position >= skip:
-                    writer.add_raw(samples[int(i)], checked=True)  # checked in pass 1
-                    if bar is not None:
-                        bar.update(1)
-                position += 1
-            del samples
+            order = rng(seed, f"shuffle-bucket-{b}").permutation(count)
+            samples = bucket_in_order(_bucket_path(work, b), order)
+            for raw in itertools.islice(samples, max(0, skip - position), None):
+                writer.add_raw(raw, checked=True)  # checked in pass 1
+                if bar is not None:
+                    bar.update(1)
+            position += count
     except BaseException as err:  # complete shards stay; the partial one goes
         writer.__exit__(type(err), err, None)
         raise

@@ -11,6 +11,8 @@ as it writes them (sha256), so the file is not read back to hash it. `iter_membe
 members back: a header identical to `member_header(name, size)` is taken as it is; from the
 first one that is not (another mode, a pax or GNU extension, a damaged block), the rest of the
 file is read by `tarfile`, so what it yields is what `tarfile` would (`tests/test_tarblocks.py`).
+`iter_spans` lists where each member of a file `TarWriter` wrote lies, from its headers alone, and
+`read_span` reads the members of one such byte range back (the shuffle's random-order reads).
 """
 from __future__ import annotations
 
@@ -124,3 +126,46 @@ def _tarfile_members(path: str | Path, f: BinaryIO, offset: int,
         for member in tar:
             if member.isfile():
                 yield member.name, tar.extractfile(member).read() if payloads else None
+
+
+def _name_size(header: bytes) -> tuple[str, int]:
+    """Name (USTAR prefix included) and size of a header `member_header` writes; ("", -1) if none."""
+    raw, prefix = header[:100].split(b"\0", 1)[0], header[345:500].split(b"\0", 1)[0]
+    try:
+        size = int(header[124:135], 8)
+    except ValueError:
+        return "", -1
+    return (prefix + b"/" + raw if prefix else raw).decode(ENCODING, ERRORS), size
+
+
+def iter_spans(path: str | Path) -> Iterator[tuple[str, int, int]]:
+    """(name, offset of its header, bytes up to the next header) of each member of a tar file
+    `TarWriter` wrote, from the headers alone (payloads are skipped, not read); any other header
+    raises `tarfile.ReadError` naming the file and offset."""
+    with open(path, "rb") as f:
+        offset = 0
+        while True:
+            header = f.read(BLOCK)
+            if header == ZERO_BLOCK:
+                return
+            name, size = _name_size(header)
+            if len(header) < BLOCK or size < 0 or header != member_header(name, size):
+                raise tarfile.ReadError(f"{path}: no header as TarWriter writes it at byte {offset}")
+            span = BLOCK + size + -size % BLOCK
+            f.seek(offset + span)
+            yield name, offset, span
+            offset += span
+
+
+def read_span(f: BinaryIO, start: int, end: int) -> list[tuple[str, bytes]]:
+    """(name, payload) of the members whose headers and payloads fill bytes [start, end) of the
+    open tar file `f` (a range `iter_spans` delimits)."""
+    f.seek(start)
+    data, members, at = f.read(end - start), [], 0
+    if len(data) != end - start:
+        raise tarfile.ReadError(f"{getattr(f, 'name', f)}: ends before byte {end}")
+    while at < len(data):
+        name, size = _name_size(data[at:at + BLOCK])
+        members.append((name, data[at + BLOCK:at + BLOCK + size]))
+        at += BLOCK + size + -size % BLOCK
+    return members
