@@ -20,7 +20,8 @@ before each run and not timed. Stages, with their sizes (`--quick` sizes in brac
 - `negatives` (5k / 20k / 80k captions [250 / 1k / 4k]): `python -m compclip.datagen.negatives
   generate --src CSV --out OUT --workers 1 --quiet` (default plausibility filter); captions: COCO
   captions, made distinct past SugarCrepe's 4,345 by joining one caption's head to another's tail
-  at a preposition (`coco_like_captions`), so none repeats;
+  at a preposition (`coco_like_captions`), so none repeats; and `negatives_2w`: the same command
+  with `--workers 2` on the same captions (peak: the largest process, not their sum);
 - `exact_knn` (10k / 40k / 160k vectors of d 512 [1k / 4k / 16k]): `find_neighbours(method="exact",
   k=3)` on `bench_images.clustered` embeddings stored as a float16 `.npy` memmap, as
   `embed_shard_set` writes them; its time exponent is expected ~2 (a self-join) and not flagged;
@@ -81,12 +82,14 @@ MEASURES = {  # row -> what its time covers
     "sample_index": "`SampleIndex.load`, building the index and its cache",
     "sample_index_cached": "`SampleIndex.load` reading the cache, in a new process",
     "negatives": "the whole command",
+    "negatives_2w": "the whole command, the same captions",
     "exact_knn": "`find_neighbours(method=\"exact\")`",
     "approx_knn": "`find_neighbours(method=\"approx\")`, recall check included",
     "eval": "the whole command, empty score cache",
     "eval_cached": "the whole command again, with the score cache the first run wrote",
 }
-LABELS = {"sample_index_cached": "trainer sample index, cached", "eval_cached": "eval, second run (score cache)"}
+LABELS = {"sample_index_cached": "trainer sample index, cached", "eval_cached": "eval, second run (score cache)",
+          "negatives_2w": "negatives generate, 2 workers"}
 PROJECT_TO = {"COCO": 600_000, "CC3M": 3_000_000, "CC12M": 12_000_000}
 TIME_FLAG, MEMORY_FLAG = 1.1, 1.2
 EXPECTED_QUADRATIC = {"exact_knn"}
@@ -318,11 +321,13 @@ class Runner:
             src, out = w / f"captions-{n}.csv", w / f"negatives-{n}"
             write_captions_csv(src, n)
             shutil.rmtree(out, ignore_errors=True)
-            got = measure([self.py, "-m", "compclip.datagen.negatives", "generate", "--src", str(src), "--out",
-                           str(out), "--workers", "1", "--quiet"], w)
-            shutil.rmtree(out)
+            got = {}
+            for name, workers in (("negatives", "1"), ("negatives_2w", "2")):
+                got[name] = measure([self.py, "-m", "compclip.datagen.negatives", "generate", "--src", str(src),
+                                     "--out", str(out), "--workers", workers, "--quiet"], w)
+                shutil.rmtree(out)
             src.unlink()
-            return {"negatives": got}
+            return got
         if stage in ("exact_knn", "approx_knn"):
             path = w / f"{stage}-{n}.npy"
             write_embeddings(path, n, clip_like=stage == "approx_knn")

@@ -645,6 +645,10 @@ def section_scale(r, goals, notes) -> str:
                            align=["l", "l", "r", "r", "r", "r", "r"] + ["r"] * len(r["project_to"]) + ["l"])
     text += "\n\n" + "\n".join(f"- `{name}` ({row['measures']}): `{row['runs'][-1]['command']}`"
                                   for name, row in r["rows"].items())
+    if {"negatives", "negatives_2w"} <= set(r["rows"]):
+        pairs = zip(r["rows"]["negatives"]["runs"], r["rows"]["negatives_2w"]["runs"])
+        text += ("\n\n`negatives_2w` against `negatives`, speed of 2 workers over 1 per size: "
+                 + " / ".join(f"{one['seconds'] / two['seconds']:.2f}x" for one, two in pairs) + ".")
     if recall:
         text += "\n\n" + "; ".join(f"`{name}` recall@3 per size: {' / '.join(fmt_num(x) for x in vals)}"
                                     for name, vals in recall.items()) + "."

@@ -282,3 +282,7 @@ def test_report_scale_shows_every_row_and_states_the_flags():
     goals = []
     assert "Not run" in section_scale(None, goals, [])
     assert goals[0][2] == "not run"
+    assert "speed of 2 workers" not in text
+    r["rows"]["negatives"] = row("negatives", "negatives generate, 1 worker", [10.0, 40.0, 160.0], [200.0] * 3)
+    r["rows"]["negatives_2w"] = row("negatives", "negatives generate, 2 workers", [8.0, 25.0, 100.0], [200.0] * 3)
+    assert "speed of 2 workers over 1 per size: 1.25x / 1.60x / 1.60x." in section_scale(r, [], [])

@@ -12,6 +12,8 @@
   workers inherit the vocabulary instead of each reading `vocab.json` (calls counted across
   processes through a file).
 - Past the vocabulary sample, a chunk is parsed one spaCy batch at a time.
+- The vocabulary's caches of derived word sets stay within `CACHE_ENTRIES` each (the class sets
+  of replace had no bound), and the negatives do not depend on those bounds.
 - The closing report's speed counts the vocabulary pass (a fake clock).
 - A caption whose crc32 equals a training caption's is not scored as left out (it crashed).
 """
@@ -58,6 +60,37 @@ def test_vocabulary_pass_keeps_compact_parses_that_give_the_same_negatives():
         kept = reused(record)
         assert kept.text == doc.text
         assert gen.negatives_for(kept, 0, i) == gen.negatives_for(doc, 0, i)
+
+
+CACHES = {"unions": "_unions", "kept": "_kept_cache", "add_synonyms": "_add_synonyms",
+          "add_without_synonyms": "_add_without_synonyms", "replace_class_sets": "_replace_class_sets",
+          "replace_verbs_for_subject": "_replace_verbs_for_subject"}
+
+
+def test_vocabulary_caches_stay_within_their_entries_and_do_not_change_the_negatives(monkeypatch):
+    import copy
+    from compclip.datagen.negatives import vocab as vocab_mod
+    from compclip.datagen.negatives.pipeline import build_vocabulary
+    from compclip.datagen.negatives.rules import RuleNegativeGenerator
+    captions = _captions(300)
+    mined = build_vocabulary((CaptionItem(f"k{i}", c) for i, c in enumerate(captions)), 300)
+    assert set(CACHES) == set(vocab_mod.CACHE_ENTRIES)
+
+    def run(limit=None):
+        voc, largest, out = copy.deepcopy(mined), dict.fromkeys(CACHES, 0), []
+        gen = RuleNegativeGenerator(vocab=voc)
+        for i, doc in enumerate(gen.parse(captions[:60])):
+            out.append(gen.negatives_for(doc, 0, i))
+            for kind, attr in CACHES.items():
+                largest[kind] = max(largest[kind], len(voc.__dict__.get(attr, ())))
+        return out, largest
+
+    free, sizes = run()
+    assert min(sizes.values()) > 2, sizes  # a bound of 2 binds every one of them
+    for kind in CACHES:
+        monkeypatch.setitem(vocab_mod.CACHE_ENTRIES, kind, 2)
+    bounded, sizes = run()
+    assert bounded == free and max(sizes.values()) <= 2, sizes
 
 
 @pytest.mark.slow

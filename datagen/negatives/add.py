@@ -48,7 +48,7 @@ from compclip.datagen.negatives.swap import pick
 from compclip.datagen.negatives.text import article_for, insert_at, render, view
 from compclip.datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, MASS_NOUNS,
                                      POSITION_NOUNS, crude_lemma, general_terms, is_part_noun,
-                                     noun_roles, synonyms_among)
+                                     noun_roles, remember, synonyms_among)
 from compclip.shardset.schema import Negative
 
 _PLURAL_AUX = {"is": "are", "was": "were", "has": "have", "'s": "are"}
@@ -119,9 +119,7 @@ def _synonyms(voc, nouns: tuple[str, ...]) -> frozenset:
                 by_lemma = _by_lemma(words)
                 voc.__dict__["_add_all_words"] = words, by_lemma, general_terms(words, by_lemma)
             found = synonyms_among(nouns[0], *voc.__dict__["_add_all_words"])
-        if len(cache) >= 1 << 15:
-            cache.clear()
-        cache[nouns] = found
+        remember(cache, nouns, found, "add_synonyms")
     return found
 
 
@@ -134,9 +132,7 @@ def _without_synonyms(voc, bucket: str, nouns: tuple[str, ...]) -> frozenset:
     if found is None:
         words, drop = _addable_words(voc, bucket), _synonyms(voc, nouns)
         found = words - drop if not drop.isdisjoint(words) else words
-        if len(cache) >= 1 << 14:
-            cache.clear()
-        cache[key] = found
+        remember(cache, key, found, "add_without_synonyms")
     return found
 
 

@@ -23,7 +23,7 @@ from compclip.datagen.negatives.attributes import makes_unit, typical_adjectives
 from compclip.datagen.negatives.guards import animacy, fits, kind_of, noun_class, place, subject_verb, verb_need
 from compclip.datagen.negatives.vocab import (ADJ_STOP, ATTRIBUTE_GROUPS, ATTRIBUTE_OF, MASS_NOUNS, PREP_STOP,
                                      Vocabulary, builtin_vocabulary, crude_lemma, is_part_noun,
-                                     noun_roles, verb_roles)
+                                     noun_roles, remember, verb_roles)
 from compclip.shardset.schema import Negative
 
 # "on top of", "at the edge of", "across from": the preposition is part of a fixed phrase
@@ -148,9 +148,7 @@ def _verbs_for_subject(voc, buckets: tuple, subject: str) -> frozenset:
         found = frozenset(w for b in buckets for w in voc.words(b)
                           if fits(kind[0], verb_need(w))
                           and (not (seen := _subject_kinds(voc, w)) or kind in seen or lemma in seen))
-        if len(cache) >= 1 << 12:  # each a set of up to hundreds of verbs
-            cache.clear()
-        cache[key] = found
+        remember(cache, key, found, "replace_verbs_for_subject")
     return found
 
 
@@ -183,7 +181,7 @@ def _class_sets(voc, buckets: tuple, cls, need, kind) -> tuple[frozenset, frozen
                     same.update(words)
                     if kind is not None:
                         mates.update(by_kind.get(kind, ()))
-        cache[key] = (frozenset(same), frozenset(mates))
+        remember(cache, key, (frozenset(same), frozenset(mates)), "replace_class_sets")
     return cache[key]
 
 

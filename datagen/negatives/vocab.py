@@ -166,6 +166,22 @@ def scene_items(v: View) -> set[str]:
     return items
 
 
+# Entries each cache of derived word sets on a `Vocabulary` holds before it is emptied (one shared
+# vocabulary answers every caption; frozensets of up to hundreds of words, ~1-7 KB an entry).
+CACHE_ENTRIES = {"unions": 1 << 12, "kept": 1 << 12, "add_synonyms": 1 << 13,
+                 "add_without_synonyms": 1 << 12, "replace_class_sets": 1 << 11,
+                 "replace_verbs_for_subject": 1 << 12}
+
+
+def remember(cache: dict, key, value, kind: str):
+    """`value` stored under `key` in `cache`, emptied first when it holds `CACHE_ENTRIES[kind]`
+    entries; returns `value`."""
+    if len(cache) >= CACHE_ENTRIES[kind]:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 class Vocabulary:
     """Frequency-sorted word lists per bucket; `sample` draws a non-synonym replacement."""
 
@@ -256,9 +272,7 @@ class Vocabulary:
                        if k != skip and v.tags[c.head] in ("NN", "NNS"))
         found = self._unions.get(lemmas)  # the same objects come together in many captions
         if found is None:
-            if len(self._unions) >= 1 << 14:
-                self._unions.clear()
-            found = self._unions[lemmas] = frozenset().union(*map(self._with_words, lemmas))
+            found = remember(self._unions, lemmas, frozenset().union(*map(self._with_words, lemmas)), "unions")
         known[skip] = found
         return found
 
@@ -318,9 +332,7 @@ class Vocabulary:
             entries = [entries[i] for i in sorted(map(index.__getitem__, index.keys() & keep))]
             found = [w for w, _ in entries], list(accumulate(n for _, n in entries))
             if cache_key:
-                if len(self._kept_cache) >= 1 << 14:
-                    self._kept_cache.clear()
-                self._kept_cache[cache_key] = found
+                remember(self._kept_cache, cache_key, found, "kept")
         return found
 
     def _cumulative(self, bucket: str) -> tuple[list[str], list[int]]:
