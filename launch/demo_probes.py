@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import random
 import sys
 import tarfile
 from collections import defaultdict
@@ -96,6 +97,13 @@ def leftright_items(samples: list[dict[str, bytes]]) -> list[dict]:
         items.append({"image": s["partner.jpg"], "text": s["partner.txt"].decode(),
                       "labels": labels(right, left), "combo": combo})
     return items
+
+
+def drop_combos(train: list[dict], test: list[dict], share: float, seed: int = 0) -> list[dict]:
+    """`train` without the items of a random `share` of the object pairs (`combo`) of `test`."""
+    combos = sorted({it["combo"] for it in test})
+    dropped = set(random.Random(seed).sample(combos, round(share * len(combos))))
+    return [it for it in train if it["combo"] not in dropped]
 
 
 def leftright_scores(logp: list, labels) -> dict[str, float]:
@@ -236,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-shard", type=int, default=3, help="leftright: the held-out shard")
     parser.add_argument("--steps", type=int, default=300, help="leftright: finetuning steps (batch 64)")
     parser.add_argument("--random", action="store_true", help="leftright: also finetune the image tower from random weights")
+    parser.add_argument("--unseen-combos", type=float, default=0.0, metavar="F",
+                        help="leftright: leave a random share F of the held-out shard's object pairs out of training")
     parser.add_argument("--out", help="leftright: write the results (JSON) here")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -250,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         train = [it for k in args.train_shards
                  for it in leftright_items(read_samples(world / "train_mirrored", args.n, k))]
         test = leftright_items(read_samples(world / "train_mirrored", args.n, args.test_shard))
+        train = drop_combos(train, test, args.unseen_combos)
         results = {}
         for ckpt in args.checkpoints:
             loaded = load_model(pretrained=ckpt, trim_text=False)
@@ -264,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps({"train_shards": args.train_shards, "test_shard": args.test_shard,
-                                                  "steps": args.steps, "results": results}, indent=1))
+                                                  "unseen_combos": args.unseen_combos, "steps": args.steps,
+                                                  "results": results}, indent=1))
         return 0
     samples = read_samples(world / ("train_mirrored" if args.probe == "pairs" else "train"), args.n or 256)
 
