@@ -328,7 +328,9 @@ def test_leftright_scores_are_50_percent_for_a_where_blind_model_and_100_for_an_
 def test_leftright_probe_runs_end_to_end_on_a_tiny_world(tmp_path):
     """Every probe of both towers trains and scores on a few generated scenes, the held-out items
     counted; and the held-out shard may not be a training shard."""
+    import io
     import torch
+    from PIL import Image
     from compclip.models.load import load_model
     probes = _probes()
     train, test = probes.leftright_items(_mirrored_samples(0, 16)), probes.leftright_items(_mirrored_samples(100, 6))
@@ -344,6 +346,14 @@ def test_leftright_probe_runs_end_to_end_on_a_tiny_world(tmp_path):
                             "text frozen pooled, linear", "text frozen embedding, linear", "text finetuned"}
     for r in results.values():
         assert r["n"] == len(test) and 0 <= r["binding_acc"] <= 100 and 0 <= r["train_binding_acc"] <= 100
+    model = load().eval()  # the frozen features: the towers' own outputs, and what lies before them
+    images = torch.stack([loaded.preprocess(Image.open(io.BytesIO(it["image"])).convert("RGB")) for it in test])
+    texts = loaded.tokenizer([it["text"] for it in test])
+    with torch.no_grad():
+        image, text = probes.tower_features(model, "image", images), probes.tower_features(model, "text", texts)
+        assert torch.allclose(torch.from_numpy(image["embedding"]), model.encode_image(images), atol=1e-5)
+        assert torch.allclose(torch.from_numpy(text["embedding"]), model.encode_text(texts), atol=1e-5)
+    assert image["tokens"].shape == (len(test), 64 * 128) and text["pooled"].shape == (len(test), 128)
     with pytest.raises(SystemExit, match="is one of --train-shards"):
         probes.main(["leftright", str(tmp_path), "missing.pt", "--test-shard", "0"])
 
