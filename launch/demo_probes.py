@@ -12,8 +12,8 @@ captions, and the partner accuracy (each caption scores its own image above the 
 image scores its caption above the negative, per kind:subkind. Both use the evaluation transform,
 the first shard's first `--n` samples, and one thread; one line per checkpoint on stdout.
 `leftright`: supervised probes of each tower alone on the two-object scenes of
-`world/train_mirrored` and their mirrors (`leftright_probe`); trained on `--train-shards`, scored
-on `--test-shard`, one JSON object per checkpoint on stdout (and in `--out`).
+`world/train_mirrored` and their mirrors (`leftright_probe`), trained on `--train-shards` and
+scored on `--test-shard`.
 """
 from __future__ import annotations
 
@@ -125,9 +125,9 @@ def leftright_scores(logp: list, labels) -> dict[str, float]:
             "bag_attribute_acc": 100 * float((0.5 + 0.5 * shared).mean()), "n": len(labels)}
 
 
-def fit_linear(train_x, train_y, eval_x: list) -> list[list]:
-    """A logistic regression per head on standardised frozen features; the heads' log-probabilities
-    on each array of `eval_x` (classes absent from training get a very low one)."""
+def fit_linear(train_x, train_y, eval_x: list, classes: list[int]) -> list[list]:
+    """A logistic regression per head (`classes[h]` classes) on standardised frozen features; the
+    heads' log-probabilities on each array of `eval_x` (classes absent from training get a very low one)."""
     import numpy as np
     import torch
     from sklearn.linear_model import LogisticRegression
@@ -137,7 +137,7 @@ def fit_linear(train_x, train_y, eval_x: list) -> list[list]:
     for h in range(4):
         clf = LogisticRegression(max_iter=1000).fit(scaler.transform(train_x), train_y[:, h])
         for k, x in enumerate(eval_x):
-            full = np.full((len(x), int(train_y[:, h].max()) + 8), -1e4)
+            full = np.full((len(x), classes[h]), -1e4)
             full[:, clf.classes_] = clf.predict_log_proba(scaler.transform(x))
             out[k].append(torch.from_numpy(full))
     return out
@@ -222,7 +222,7 @@ def leftright_probe(load, preprocess, tokenizer, train: list[dict], test: list[d
             f_train, f_test = tower_features(model, tower, x_train), tower_features(model, tower, x_test)
         for kind in f_train:
             results[f"{tower} frozen {kind}, linear"] = scores(*fit_linear(f_train[kind], y_train.numpy(),
-                                                                          [f_train[kind], f_test[kind]]))
+                                                                          [f_train[kind], f_test[kind]], classes))
         starts = [("finetuned", load)] + ([("from random weights", load_random)] if tower == "image" and load_random else [])
         for name, start in starts:
             model = start().train()

@@ -327,8 +327,9 @@ def test_leftright_scores_are_50_percent_for_a_where_blind_model_and_100_for_an_
 
 def test_leftright_probe_runs_end_to_end_on_a_tiny_world(tmp_path):
     """Every probe of both towers trains and scores on a few generated scenes, the held-out items
-    counted; and the held-out shard may not be a training shard."""
+    counted; the held-out shard may not be a training shard, and must exist."""
     import io
+    import tarfile
     import torch
     from PIL import Image
     from compclip.models.load import load_model
@@ -356,6 +357,10 @@ def test_leftright_probe_runs_end_to_end_on_a_tiny_world(tmp_path):
     assert image["tokens"].shape == (len(test), 64 * 128) and text["pooled"].shape == (len(test), 128)
     with pytest.raises(SystemExit, match="is one of --train-shards"):
         probes.main(["leftright", str(tmp_path), "missing.pt", "--test-shard", "0"])
+    (tmp_path / "train_mirrored").mkdir()
+    tarfile.open(tmp_path / "train_mirrored" / "shard-000000.tar", "w").close()
+    with pytest.raises(SystemExit, match="holds 1 shards, no shard number 1"):
+        probes.main(["leftright", str(tmp_path), "missing.pt", "--train-shards", "0", "--test-shard", "1"])
 
 
 def test_start_metrics_overrides_pass_the_recipe_checks(demo):
