@@ -263,6 +263,106 @@ def test_pair_probe_is_50_percent_for_a_relation_blind_text_tower_and_100_for_an
     assert oracle["partner_acc"] == 100.0 and oracle["pairs"] == 6
 
 
+def _probes():
+    spec = importlib.util.spec_from_file_location("demo_probes", ROOT / "launch" / "demo_probes.py")
+    probes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probes)
+    return probes
+
+
+def _mirrored_samples(first: int, n: int) -> list[dict]:
+    """Samples `first..first+n-1` of a seed-0 `train_mirrored` set, as `read_samples` returns them."""
+    from compclip.datagen.world.shards import make_sample
+    from compclip.datagen.world.splits import Split
+    split = Split.make(0)
+    samples = []
+    for i in range(first, first + n):
+        s = make_sample(i, 0, split, partner="mirrored")
+        samples.append({"jpg": s.image, "txt": s.caption.encode(), "json": json.dumps(s.meta).encode(),
+                        "partner.jpg": s.partner.image, "partner.txt": s.partner.caption.encode()})
+    return samples
+
+
+def test_leftright_labels_swap_the_two_objects_between_a_scene_and_its_mirror():
+    """`leftright_items`: two items per two-object scene, the mirror's labels the scene's with the
+    left and right object swapped (so never equal: a bag of objects cannot tell them apart), and the
+    left object the one the scene's layout places further left."""
+    from compclip.datagen.world.vocab import SHAPES
+    probes = _probes()
+    samples = _mirrored_samples(0, 12)
+    items = probes.leftright_items(samples)
+    two = [s for s in samples if len(json.loads(s["json"])["scene"]["objects"]) == 2]
+    assert len(items) == 2 * len(two) > 0
+    for scene, mirror, s in zip(items[::2], items[1::2], two):
+        assert mirror["labels"] == scene["labels"][2:] + scene["labels"][:2] != scene["labels"]
+        assert scene["combo"] == mirror["combo"] and mirror["text"] == s["partner.txt"].decode()
+        meta = json.loads(s["json"])
+        left = min(range(2), key=lambda k: meta["layout"][k]["cx"])
+        assert SHAPES[scene["labels"][0]] == meta["scene"]["objects"][left]["shape"]
+
+
+def test_drop_combos_leaves_a_share_of_the_held_out_object_pairs_unseen():
+    probes = _probes()
+    items = probes.leftright_items(_mirrored_samples(0, 20))
+    combos = {it["combo"] for it in items}
+    kept = probes.drop_combos(items, items, 0.5)
+    assert len(combos - {it["combo"] for it in kept}) == round(0.5 * len(combos)) > 0
+    assert all(it in items for it in kept) and probes.drop_combos(items, items, 0.0) == items
+
+
+def test_leftright_scores_are_50_percent_for_a_where_blind_model_and_100_for_an_oracle():
+    import torch
+    probes = _probes()
+    items = probes.leftright_items(_mirrored_samples(0, 12))
+    labels = torch.tensor([it["labels"] for it in items])
+    classes = [6, 6, 6, 6]
+    oracle = [torch.nn.functional.one_hot(labels[:, h], c).float().add(1e-3).log() for h, c in enumerate(classes)]
+    assert probes.leftright_scores(oracle, labels)["binding_acc"] == 100.0
+    assert probes.leftright_scores(oracle, labels)["attribute_acc"] == 100.0
+    blind = [lp.clone() for lp in oracle]
+    for lp in blind:
+        lp[1::2] = lp[::2]  # the mirror scored as its scene: which objects, not where
+    assert probes.leftright_scores(blind, labels)["binding_acc"] == 50.0
+
+
+def test_leftright_probe_runs_end_to_end_on_a_tiny_world(tmp_path):
+    """Every probe of both towers trains and scores on a few generated scenes, the held-out items
+    counted; the held-out shard may not be a training shard, and must exist."""
+    import io
+    import tarfile
+    import torch
+    from PIL import Image
+    from compclip.models.load import load_model
+    probes = _probes()
+    train, test = probes.leftright_items(_mirrored_samples(0, 16)), probes.leftright_items(_mirrored_samples(100, 6))
+    loaded = load_model(arch="demo-vit-64", trim_text=False)
+
+    def load():
+        torch.manual_seed(0)
+        return load_model(arch="demo-vit-64", trim_text=False).model
+    results = probes.leftright_probe(load, loaded.preprocess, loaded.tokenizer, train, test, steps=2,
+                                     load_random=load)
+    assert set(results) == {"image frozen tokens, linear", "image frozen pooled, linear",
+                            "image frozen embedding, linear", "image finetuned", "image from random weights",
+                            "text frozen pooled, linear", "text frozen embedding, linear", "text finetuned"}
+    for r in results.values():
+        assert r["n"] == len(test) and 0 <= r["binding_acc"] <= 100 and 0 <= r["train_binding_acc"] <= 100
+    model = load().eval()  # the frozen features: the towers' own outputs, and what lies before them
+    images = torch.stack([loaded.preprocess(Image.open(io.BytesIO(it["image"])).convert("RGB")) for it in test])
+    texts = loaded.tokenizer([it["text"] for it in test])
+    with torch.no_grad():
+        image, text = probes.tower_features(model, "image", images), probes.tower_features(model, "text", texts)
+        assert torch.allclose(torch.from_numpy(image["embedding"]), model.encode_image(images), atol=1e-5)
+        assert torch.allclose(torch.from_numpy(text["embedding"]), model.encode_text(texts), atol=1e-5)
+    assert image["tokens"].shape == (len(test), 64 * 128) and text["pooled"].shape == (len(test), 128)
+    with pytest.raises(SystemExit, match="is one of --train-shards"):
+        probes.main(["leftright", str(tmp_path), "missing.pt", "--test-shard", "0"])
+    (tmp_path / "train_mirrored").mkdir()
+    tarfile.open(tmp_path / "train_mirrored" / "shard-000000.tar", "w").close()
+    with pytest.raises(SystemExit, match="holds 1 shards, no shard number 1"):
+        probes.main(["leftright", str(tmp_path), "missing.pt", "--train-shards", "0", "--test-shard", "1"])
+
+
 def test_start_metrics_overrides_pass_the_recipe_checks(demo):
     """The base model's start numbers load each finetune recipe without benchmarks: its
     `checkpoint.best_metric` (a benchmark metric) must go too, or the pre-flight refuses it."""
