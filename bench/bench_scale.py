@@ -1,7 +1,7 @@
 """Scale of every data stage: wall time and peak memory at three sizes x4 apart, the fitted
 log-log exponents, and the cost projected to COCO (600k), CC3M (3M) and CC12M (12M) items.
 
-    .venv/bin/python bench/bench_scale.py             # full: about 20 min on a quiet 2-core machine
+    .venv/bin/python bench/bench_scale.py             # full: about 12 min on a quiet 2-core machine
     .venv/bin/python bench/bench_scale.py --quick     # smoke check: about 2-3 min
     .venv/bin/python bench/bench_scale.py --only shuffle,negatives --sizes negatives=5000,20000,80000
 
