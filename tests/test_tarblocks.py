@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from compclip.shardset.shards import member_key
-from compclip.shardset.tarblocks import TarWriter, iter_members, member_header
+from compclip.shardset.tarblocks import TarWriter, iter_members, iter_spans, member_header, read_span
 
 NAMES = ["s000001.jpg", "k.neg.json", "a" * 96 + ".txt", "d" * 20 + "/" + "b" * 90 + ".jpg",
          "café_ünïcode.txt", "bad\udcffbyte.txt", "", "x"]
@@ -117,6 +117,37 @@ def test_a_truncated_member_is_an_error_as_in_tarfile(tmp_path):
         tarfile_read(path)
     with pytest.raises(tarfile.ReadError, match="cut.tar: unexpected end of data in member 's1.jpg'"):
         list(iter_members(path))
+
+
+def test_spans_delimit_each_member_and_read_back_in_any_order(tmp_path):
+    members = MEMBERS + [("d" * 20 + "/" + "b" * 90 + ".jpg", b"long name, USTAR prefix")]
+    path = tmp_path / "w.tar"
+    writer = TarWriter(path)
+    for name, value in members:
+        writer.add(name, value)
+    writer.close()
+    spans = list(iter_spans(path))
+    assert [name for name, _, _ in spans] == [name for name, _ in members]
+    with open(path, "rb") as f:
+        for i in reversed(range(len(spans))):  # random access, one member at a time
+            _, start, size = spans[i]
+            assert read_span(f, start, start + size) == [members[i]]
+        _, first, _ = spans[0]
+        _, third, size = spans[2]
+        assert read_span(f, first, third + size) == members[:3]  # a sample's members, one read
+        with pytest.raises(tarfile.ReadError, match="w.tar: ends before byte"):
+            read_span(f, third, path.stat().st_size + 1)
+
+
+def test_spans_refuse_a_file_tar_writer_did_not_write(tmp_path):
+    foreign = tmp_path / "foreign.tar"
+    foreign.write_bytes(tarfile_bytes(MEMBERS[:2], mode=0o644))
+    with pytest.raises(tarfile.ReadError, match="foreign.tar: no header as TarWriter writes it at byte 0"):
+        list(iter_spans(foreign))
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(tarfile_bytes(MEMBERS[:2], end=False))
+    with pytest.raises(tarfile.ReadError, match="cut.tar: no header as TarWriter writes it at byte 3072"):
+        list(iter_spans(cut))
 
 
 @pytest.mark.parametrize("name", ["k.jpg", "k.neg.json", "a/b/k.partner.txt", "k", "dir/", "a/.", ".", "", "a//k.x"])
