@@ -200,9 +200,10 @@ def leftright_probe(load, preprocess, tokenizer, train: list[dict], test: list[d
     image tower (from the image) and the text tower (from the caption): a linear probe of each of
     its frozen features (`tower_features`) and the tower finetuned with the heads on its output
     embedding (`finetune_heads`, `steps` batches of 64 from `load()`); with `load_random`, the image
-    tower finetuned from those random weights too. Only the `towers` named are probed; each finetuned
-    model is put into `finetuned` (when given) under its entry's name. Each entry: `leftright_scores` on `test`, on its
-    items whose two objects never appear together in `train` (`unseen`), and `train_binding_acc`."""
+    tower finetuned from those random weights too. Only the `towers` named are probed; each
+    finetuned model is put into `finetuned` (when given) under its entry's name. Each entry:
+    `leftright_scores` on `test`, on its items whose two objects never appear together in `train`
+    (`unseen`), and `train_binding_acc`."""
     import torch
     from PIL import Image
     from compclip.datagen.world.vocab import COLOURS, SHAPES
@@ -218,7 +219,7 @@ def leftright_probe(load, preprocess, tokenizer, train: list[dict], test: list[d
 
     def images(items):
         return torch.stack([preprocess(Image.open(io.BytesIO(it["image"])).convert("RGB")) for it in items])
-    inputs = {"image": lambda items: images(items), "text": lambda items: tokenizer([it["text"] for it in items])}
+    inputs = {"image": images, "text": lambda items: tokenizer([it["text"] for it in items])}
     results: dict = {}
     for tower in towers:
         x_train, x_test = inputs[tower](train), inputs[tower](test)
