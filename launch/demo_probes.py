@@ -4,6 +4,8 @@ caption-negative sections): what a checkpoint has learned, independent of any be
     python launch/demo_probes.py pairs runs/demo/seed-0/world CKPT [CKPT ...]
     python launch/demo_probes.py negatives runs/demo/seed-0/world CKPT [CKPT ...]
     python launch/demo_probes.py leftright runs/demo/seed-0/world CKPT --out runs/lrprobe/seed-0.json
+    python launch/demo_probes.py leftright runs/demo/seed-0/world CKPT --towers image --steps 2000 \
+        --save-image-tower runs/lrbase/layout-base.pt
 
 `pairs`: over mirrored pairs of `world/train_mirrored` (image + caption, the flipped image + the
 mirrored caption), cos(caption, mirrored caption), cos(image, flipped image), cos of two random
@@ -13,7 +15,9 @@ image scores its caption above the negative, per kind:subkind. Both use the eval
 the first shard's first `--n` samples, and one thread; one line per checkpoint on stdout.
 `leftright`: supervised probes of each tower alone on the two-object scenes of
 `world/train_mirrored` and their mirrors (`leftright_probe`), trained on `--train-shards` and
-scored on `--test-shard`.
+scored on `--test-shard`; `--towers` picks the towers probed, and `--save-image-tower PATH`
+writes the checkpoint with its image tower finetuned by the heads (`save_image_tower`), a base
+`model.pretrained` loads.
 """
 from __future__ import annotations
 
@@ -191,13 +195,15 @@ def tower_features(model, tower: str, x) -> dict:
 
 
 def leftright_probe(load, preprocess, tokenizer, train: list[dict], test: list[dict], steps: int = 300,
-                    load_random=None) -> dict:
+                    load_random=None, towers=("image", "text"), finetuned: dict | None = None) -> dict:
     """Can each tower alone tell which object is on the left? Items of `leftright_items`; for the
     image tower (from the image) and the text tower (from the caption): a linear probe of each of
     its frozen features (`tower_features`) and the tower finetuned with the heads on its output
     embedding (`finetune_heads`, `steps` batches of 64 from `load()`); with `load_random`, the image
-    tower finetuned from those random weights too. Each entry: `leftright_scores` on `test`, on its
-    items whose two objects never appear together in `train` (`unseen`), and `train_binding_acc`."""
+    tower finetuned from those random weights too. Only the `towers` named are probed; each
+    finetuned model is put into `finetuned` (when given) under its entry's name. Each entry:
+    `leftright_scores` on `test`, on its items whose two objects never appear together in `train`
+    (`unseen`), and `train_binding_acc`."""
     import torch
     from PIL import Image
     from compclip.datagen.world.vocab import COLOURS, SHAPES
@@ -213,10 +219,10 @@ def leftright_probe(load, preprocess, tokenizer, train: list[dict], test: list[d
 
     def images(items):
         return torch.stack([preprocess(Image.open(io.BytesIO(it["image"])).convert("RGB")) for it in items])
-    inputs = {"image": (images(train), images(test)),
-              "text": (tokenizer([it["text"] for it in train]), tokenizer([it["text"] for it in test]))}
+    inputs = {"image": images, "text": lambda items: tokenizer([it["text"] for it in items])}
     results: dict = {}
-    for tower, (x_train, x_test) in inputs.items():
+    for tower in towers:
+        x_train, x_test = inputs[tower](train), inputs[tower](test)
         model = load().eval()
         with torch.no_grad():
             f_train, f_test = tower_features(model, tower, x_train), tower_features(model, tower, x_test)
@@ -231,7 +237,23 @@ def leftright_probe(load, preprocess, tokenizer, train: list[dict], test: list[d
                 p for n, p in model.named_parameters() if not n.startswith("visual.") and n != "logit_scale"]
             results[f"{tower} {name}"] = scores(*finetune_heads(encoder, params, x_train, y_train, [x_train, x_test],
                                                                 classes, steps))
+            if finetuned is not None:
+                finetuned[f"{tower} {name}"] = model.eval()
     return results
+
+
+def save_image_tower(model, base: str, path: str) -> None:
+    """Write `model` (the base `base` with its image tower finetuned; every other weight the base's)
+    as a checkpoint in the trainer's format, its sidecar the base's with `pretrained` naming the base
+    and no metrics (the base's no longer describe it)."""
+    from compclip.models.checkpoint import read_meta, save_checkpoint
+    meta = read_meta(base)
+    if meta is None:
+        raise SystemExit(f"error: {base} has no sidecar (.json); --save-image-tower needs a checkpoint of the demo")
+    meta.pretrained, meta.metrics = str(base), {}
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(out.parent, out.stem, model, meta, pointers=())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--random", action="store_true", help="leftright: also finetune the image tower from random weights")
     parser.add_argument("--unseen-combos", type=float, default=0.0, metavar="F",
                         help="leftright: leave a random share F of the held-out shard's object pairs out of training")
+    parser.add_argument("--towers", nargs="+", choices=["image", "text"], default=["image", "text"],
+                        help="leftright: the towers probed")
+    parser.add_argument("--save-image-tower", metavar="PATH",
+                        help="leftright, one checkpoint: write it with its image tower finetuned by the heads here")
     parser.add_argument("--out", help="leftright: write the results (JSON) here")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -257,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe == "leftright":
         if args.test_shard in args.train_shards:
             raise SystemExit(f"error: --test-shard {args.test_shard} is one of --train-shards")
+        if args.save_image_tower and ("image" not in args.towers or len(args.checkpoints) != 1):
+            raise SystemExit("error: --save-image-tower needs one checkpoint and the image tower in --towers")
         train = [it for k in args.train_shards
                  for it in leftright_items(read_samples(world / "train_mirrored", args.n, k))]
         test = leftright_items(read_samples(world / "train_mirrored", args.n, args.test_shard))
@@ -268,13 +296,17 @@ def main(argv: list[str] | None = None) -> int:
             def load_random(arch=loaded.info.arch):
                 torch.manual_seed(0)
                 return load_model(arch=arch, trim_text=False).model
+            finetuned: dict = {}
             results[ckpt] = leftright_probe(lambda: load_model(pretrained=ckpt, trim_text=False).model,
                                             loaded.preprocess, loaded.tokenizer, train, test, args.steps,
-                                            load_random if args.random else None)
+                                            load_random if args.random else None, args.towers, finetuned)
+            if args.save_image_tower:
+                save_image_tower(finetuned["image finetuned"], ckpt, args.save_image_tower)
             print(json.dumps({ckpt: results[ckpt]}))
         if args.out:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps({"train_shards": args.train_shards, "test_shard": args.test_shard,
+                                                  "towers": args.towers, "saved": args.save_image_tower,
                                                   "unseen_combos": args.unseen_combos, "steps": args.steps,
                                                   "results": results}, indent=1))
         return 0

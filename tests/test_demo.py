@@ -363,6 +363,39 @@ def test_leftright_probe_runs_end_to_end_on_a_tiny_world(tmp_path):
         probes.main(["leftright", str(tmp_path), "missing.pt", "--train-shards", "0", "--test-shard", "1"])
 
 
+
+def test_save_image_tower_writes_a_base_with_only_the_finetuned_image_tower_changed(tmp_path):
+    """`--towers image` probes the image tower alone; `save_image_tower` writes the finetuned model
+    as a checkpoint `load_model` reads back: its image tower the finetuned one, every other weight
+    the base's, the sidecar the base's with `pretrained` naming the base."""
+    import torch
+    from compclip.models.checkpoint import CheckpointMeta, read_meta, save_checkpoint
+    from compclip.models.load import load_model
+    probes = _probes()
+    torch.manual_seed(0)
+    base = save_checkpoint(tmp_path, "base", load_model(arch="demo-vit-64", trim_text=False).model,
+                           CheckpointMeta(arch="demo-vit-64", activation="gelu", lineage="none",
+                                          metrics={"left_right/acc": 0.5}), pointers=())
+    loaded = load_model(pretrained=str(base), trim_text=False)
+    train, test = probes.leftright_items(_mirrored_samples(0, 16)), probes.leftright_items(_mirrored_samples(100, 6))
+    finetuned: dict = {}
+    results = probes.leftright_probe(lambda: load_model(pretrained=str(base), trim_text=False).model,
+                                     loaded.preprocess, loaded.tokenizer, train, test, steps=2,
+                                     towers=("image",), finetuned=finetuned)
+    assert set(results) == {"image frozen tokens, linear", "image frozen pooled, linear",
+                            "image frozen embedding, linear", "image finetuned"} and set(finetuned) == {"image finetuned"}
+    probes.save_image_tower(finetuned["image finetuned"], str(base), str(tmp_path / "out" / "layout.pt"))
+    saved = load_model(pretrained=str(tmp_path / "out" / "layout.pt"), trim_text=False).model.state_dict()
+    before, after = loaded.model.state_dict(), finetuned["image finetuned"].state_dict()
+    changed = {k for k in before if not torch.equal(before[k], saved[k])}
+    assert changed and all(k.startswith("visual.") for k in changed)
+    assert all(torch.equal(saved[k], after[k]) for k in after)
+    meta = read_meta(tmp_path / "out" / "layout.pt")
+    assert meta.pretrained == str(base) and meta.metrics == {} and meta.arch == "demo-vit-64"
+    assert not (tmp_path / "out" / "latest").exists()
+    with pytest.raises(SystemExit, match="needs one checkpoint and the image tower"):
+        probes.main(["leftright", str(tmp_path), str(base), "--towers", "text", "--save-image-tower", "x.pt"])
+
 def test_start_metrics_overrides_pass_the_recipe_checks(demo):
     """The base model's start numbers load each finetune recipe without benchmarks: its
     `checkpoint.best_metric` (a benchmark metric) must go too, or the pre-flight refuses it."""
