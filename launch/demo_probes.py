@@ -148,10 +148,10 @@ def fit_linear(train_x, train_y, eval_x: list, classes: list[int]) -> list[list]
 
 
 def finetune_heads(encoder, params, train_in, train_y, eval_in: list, classes: list[int], steps: int,
-                   batch: int = 64, lr: float = 5e-4, seed: int = 0) -> list[list]:
+                   batch: int = 64, lr: float = 5e-4, seed: int = 0, extra_loss=None) -> list[list]:
     """Train `encoder` (its `params`) end to end with one linear head per attribute on top (summed
-    cross-entropy, AdamW, weight decay 0.1, cosine schedule, random batches); the heads'
-    log-probabilities on each input tensor of `eval_in`."""
+    cross-entropy, AdamW, weight decay 0.1, cosine schedule, random batches), plus `extra_loss()` at
+    each step when given; the heads' log-probabilities on each input tensor of `eval_in`."""
     import torch
     torch.manual_seed(seed)
     with torch.no_grad():
@@ -163,6 +163,8 @@ def finetune_heads(encoder, params, train_in, train_y, eval_in: list, classes: l
         idx = torch.randint(len(train_y), (batch,), generator=order)
         logits = heads(encoder(train_in[idx])).split(classes, 1)
         loss = sum(torch.nn.functional.cross_entropy(lg, train_y[idx, h]) for h, lg in enumerate(logits))
+        if extra_loss is not None:
+            loss = loss + extra_loss()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -170,6 +172,26 @@ def finetune_heads(encoder, params, train_in, train_y, eval_in: list, classes: l
     with torch.no_grad():
         return [[lg.log_softmax(1) for lg in torch.cat([heads(encoder(x[i:i + 500])) for i in range(0, len(x), 500)])
                  .split(classes, 1)] for x in eval_in]
+
+
+def contrastive_term(model, images, texts, text_ids, batch: int = 64, seed: int = 0):
+    """A callable giving, at each call, the trainer's CLIP loss (`ContrastiveLoss`, captions of the
+    same text masked as in training) of `model` on a random batch of `batch` (image, caption) pairs
+    of `images` / `texts` (tokens), at the model's own logit scale, held fixed."""
+    import torch
+    from compclip.trainer.loss import ContrastiveLoss, Layout
+    loss, order, norm = ContrastiveLoss(), torch.Generator().manual_seed(seed), torch.nn.functional.normalize
+    n = torch.arange(batch)
+    layout = Layout(text_to_image=n, text_valid=torch.ones(batch, dtype=torch.bool),
+                    image_is_row=torch.ones(batch, dtype=torch.bool), negative_owner=torch.full((batch,), -1),
+                    image_pair=torch.full((batch,), -1), image_ids=n, text_hash=n)
+
+    def term():
+        idx = torch.randint(len(texts), (batch,), generator=order)
+        layout.text_hash = text_ids[idx]
+        return loss(norm(model.encode_image(images[idx]), dim=-1), norm(model.encode_text(texts[idx]), dim=-1),
+                    model.logit_scale.detach().exp(), layout)
+    return term
 
 
 def tower_features(model, tower: str, x) -> dict:
@@ -195,13 +217,17 @@ def tower_features(model, tower: str, x) -> dict:
 
 
 def leftright_probe(load, preprocess, tokenizer, train: list[dict], test: list[dict], steps: int = 300,
-                    load_random=None, towers=("image", "text"), finetuned: dict | None = None) -> dict:
+                    load_random=None, towers=("image", "text"), finetuned: dict | None = None,
+                    contrastive: tuple | None = None, contrastive_weight: float = 0.0) -> dict:
     """Can each tower alone tell which object is on the left? Items of `leftright_items`; for the
     image tower (from the image) and the text tower (from the caption): a linear probe of each of
     its frozen features (`tower_features`) and the tower finetuned with the heads on its output
     embedding (`finetune_heads`, `steps` batches of 64 from `load()`); with `load_random`, the image
     tower finetuned from those random weights too. Only the `towers` named are probed; each
-    finetuned model is put into `finetuned` (when given) under its entry's name. Each entry:
+    finetuned model is put into `finetuned` (when given) under its entry's name. With
+    `contrastive_weight` > 0, each image-tower finetune also adds that weight times the CLIP loss
+    (`contrastive_term`) on the (images, caption tokens, caption ids) of `contrastive`, and trains
+    both towers (every weight but the logit scale). Each entry:
     `leftright_scores` on `test`, on its items whose two objects never appear together in `train`
     (`unseen`), and `train_binding_acc`."""
     import torch
@@ -233,18 +259,23 @@ def leftright_probe(load, preprocess, tokenizer, train: list[dict], test: list[d
         for name, start in starts:
             model = start().train()
             encoder = model.visual if tower == "image" else model.encode_text
-            params = model.visual.parameters() if tower == "image" else [
-                p for n, p in model.named_parameters() if not n.startswith("visual.") and n != "logit_scale"]
+            aux = tower == "image" and contrastive_weight > 0
+            params = [p for n, p in model.named_parameters() if n != "logit_scale" and (
+                aux or (n.startswith("visual.") == (tower == "image")))]
+            extra = None
+            if aux:
+                term = contrastive_term(model, *contrastive)
+                extra = lambda term=term: contrastive_weight * term()  # noqa: E731
             results[f"{tower} {name}"] = scores(*finetune_heads(encoder, params, x_train, y_train, [x_train, x_test],
-                                                                classes, steps))
+                                                                classes, steps, extra_loss=extra))
             if finetuned is not None:
                 finetuned[f"{tower} {name}"] = model.eval()
     return results
 
 
 def save_image_tower(model, base: str, path: str) -> None:
-    """Write `model` (the base `base` with its image tower finetuned; every other weight the base's)
-    as a checkpoint in the trainer's format, its sidecar the base's with `pretrained` naming the base
+    """Write `model` (the base `base` with its image tower finetuned, or both towers with
+    `--contrastive-weight`) as a checkpoint in the trainer's format, its sidecar the base's with `pretrained` naming the base
     and no metrics (the base's no longer describe it)."""
     from compclip.models.checkpoint import read_meta, save_checkpoint
     meta = read_meta(base)
@@ -272,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="leftright: the towers probed")
     parser.add_argument("--save-image-tower", metavar="PATH",
                         help="leftright, one checkpoint: write it with its image tower finetuned by the heads here")
+    parser.add_argument("--contrastive-weight", type=float, default=0.0, metavar="W",
+                        help="leftright: while finetuning the image tower, also train both towers with W x the CLIP "
+                             "loss on batches of 64 (image, caption) pairs of world/train")
     parser.add_argument("--out", help="leftright: write the results (JSON) here")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -289,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
                  for it in leftright_items(read_samples(world / "train_mirrored", args.n, k))]
         test = leftright_items(read_samples(world / "train_mirrored", args.n, args.test_shard))
         train = drop_combos(train, test, args.unseen_combos)
+        captions = [s for k in range(len(list((world / "train").glob("*.tar")))) if args.contrastive_weight > 0
+                    for s in read_samples(world / "train", args.n, k)]
         results = {}
         for ckpt in args.checkpoints:
             loaded = load_model(pretrained=ckpt, trim_text=False)
@@ -297,9 +333,17 @@ def main(argv: list[str] | None = None) -> int:
                 torch.manual_seed(0)
                 return load_model(arch=arch, trim_text=False).model
             finetuned: dict = {}
+            contrastive = None
+            if captions:
+                texts = [s["txt"].decode() for s in captions]
+                ids = {t: i for i, t in enumerate(dict.fromkeys(texts))}
+                contrastive = (torch.stack([loaded.preprocess(Image.open(io.BytesIO(s["jpg"])).convert("RGB"))
+                                            for s in captions]),
+                               loaded.tokenizer(texts), torch.tensor([ids[t] for t in texts]))
             results[ckpt] = leftright_probe(lambda: load_model(pretrained=ckpt, trim_text=False).model,
                                             loaded.preprocess, loaded.tokenizer, train, test, args.steps,
-                                            load_random if args.random else None, args.towers, finetuned)
+                                            load_random if args.random else None, args.towers, finetuned,
+                                            contrastive, args.contrastive_weight)
             if args.save_image_tower:
                 save_image_tower(finetuned["image finetuned"], ckpt, args.save_image_tower)
             print(json.dumps({ckpt: results[ckpt]}))
@@ -308,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.out).write_text(json.dumps({"train_shards": args.train_shards, "test_shard": args.test_shard,
                                                   "towers": args.towers, "saved": args.save_image_tower,
                                                   "unseen_combos": args.unseen_combos, "steps": args.steps,
+                                                  "contrastive_weight": args.contrastive_weight,
                                                   "results": results}, indent=1))
         return 0
     samples = read_samples(world / ("train_mirrored" if args.probe == "pairs" else "train"), args.n or 256)

@@ -396,6 +396,46 @@ def test_save_image_tower_writes_a_base_with_only_the_finetuned_image_tower_chan
     with pytest.raises(SystemExit, match="needs one checkpoint and the image tower"):
         probes.main(["leftright", str(tmp_path), str(base), "--towers", "text", "--save-image-tower", "x.pt"])
 
+def test_contrastive_weight_trains_both_towers_with_the_clip_loss_and_the_base_loads(tmp_path):
+    """With `contrastive_weight` > 0 the image-tower finetune also takes the CLIP loss of caption
+    batches (`contrastive_term`), so the text tower changes too (with 0 it keeps the base's weights),
+    the logit scale stays the base's, and `save_image_tower` writes a checkpoint that loads."""
+    import io
+    import torch
+    from PIL import Image
+    from compclip.models.checkpoint import CheckpointMeta, save_checkpoint
+    from compclip.models.load import load_model
+    probes = _probes()
+    torch.manual_seed(0)
+    base = save_checkpoint(tmp_path, "base", load_model(arch="demo-vit-64", trim_text=False).model,
+                           CheckpointMeta(arch="demo-vit-64", activation="gelu", lineage="none"), pointers=())
+    loaded = load_model(pretrained=str(base), trim_text=False)
+    samples = _mirrored_samples(0, 16)
+    train, test = probes.leftright_items(samples), probes.leftright_items(_mirrored_samples(100, 6))
+    texts = [s["txt"].decode() for s in samples]
+    images = torch.stack([loaded.preprocess(Image.open(io.BytesIO(s["jpg"])).convert("RGB")) for s in samples])
+    contrastive = (images, loaded.tokenizer(texts), torch.arange(len(texts)))
+    model = load_model(pretrained=str(base), trim_text=False).model
+    term = probes.contrastive_term(model, *contrastive, batch=8)
+    assert torch.isfinite(term()) and term().requires_grad
+    before = loaded.model.state_dict()
+    changed = {}
+    for weight in (0.0, 1.0):
+        finetuned: dict = {}
+        probes.leftright_probe(lambda: load_model(pretrained=str(base), trim_text=False).model, loaded.preprocess,
+                               loaded.tokenizer, train, test, steps=2, towers=("image",), finetuned=finetuned,
+                               contrastive=contrastive, contrastive_weight=weight)
+        after = finetuned["image finetuned"].state_dict()
+        changed[weight] = {k for k in before if not torch.equal(before[k], after[k])}
+        if weight:
+            probes.save_image_tower(finetuned["image finetuned"], str(base), str(tmp_path / "out" / "aux.pt"))
+            saved = load_model(pretrained=str(tmp_path / "out" / "aux.pt"), trim_text=False).model.state_dict()
+            assert all(torch.equal(saved[k], after[k]) for k in after)
+    assert changed[0.0] and all(k.startswith("visual.") for k in changed[0.0])
+    text = {k for k in changed[1.0] if not k.startswith("visual.")}
+    assert "token_embedding.weight" in text and "text_projection" in text and "logit_scale" not in changed[1.0]
+
+
 def test_start_metrics_overrides_pass_the_recipe_checks(demo):
     """The base model's start numbers load each finetune recipe without benchmarks: its
     `checkpoint.best_metric` (a benchmark metric) must go too, or the pre-flight refuses it."""
