@@ -17,7 +17,8 @@ the first shard's first `--n` samples, and one thread; one line per checkpoint o
 `world/train_mirrored` and their mirrors (`leftright_probe`), trained on `--train-shards` and
 scored on `--test-shard`; `--towers` picks the towers probed, and `--save-image-tower PATH`
 writes the checkpoint with its image tower finetuned by the heads (`save_image_tower`), a base
-`model.pretrained` loads.
+`model.pretrained` loads; `--contrastive-weight W` adds W x the trainer's CLIP loss on batches of
+64 (image, caption) pairs of `world/train` to that finetune and trains both towers with it.
 """
 from __future__ import annotations
 
