@@ -276,8 +276,8 @@ def leftright_probe(load, preprocess, tokenizer, train: list[dict], test: list[d
 
 def save_image_tower(model, base: str, path: str) -> None:
     """Write `model` (the base `base` with its image tower finetuned, or both towers with
-    `--contrastive-weight`) as a checkpoint in the trainer's format, its sidecar the base's with `pretrained` naming the base
-    and no metrics (the base's no longer describe it)."""
+    `--contrastive-weight`) as a checkpoint in the trainer's format, its sidecar the base's with
+    `pretrained` naming the base and no metrics (the base's no longer describe it)."""
     from compclip.models.checkpoint import read_meta, save_checkpoint
     meta = read_meta(base)
     if meta is None:
@@ -324,8 +324,8 @@ def main(argv: list[str] | None = None) -> int:
                  for it in leftright_items(read_samples(world / "train_mirrored", args.n, k))]
         test = leftright_items(read_samples(world / "train_mirrored", args.n, args.test_shard))
         train = drop_combos(train, test, args.unseen_combos)
-        captions = [s for k in range(len(list((world / "train").glob("*.tar")))) if args.contrastive_weight > 0
-                    for s in read_samples(world / "train", args.n, k)]
+        captions = [s for k in range(len(list((world / "train").glob("*.tar"))))
+                    for s in read_samples(world / "train", args.n, k)] if args.contrastive_weight > 0 else []
         results = {}
         for ckpt in args.checkpoints:
             loaded = load_model(pretrained=ckpt, trim_text=False)

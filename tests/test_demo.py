@@ -417,7 +417,9 @@ def test_contrastive_weight_trains_both_towers_with_the_clip_loss_and_the_base_l
     contrastive = (images, loaded.tokenizer(texts), torch.arange(len(texts)))
     model = load_model(pretrained=str(base), trim_text=False).model
     term = probes.contrastive_term(model, *contrastive, batch=8)
-    assert torch.isfinite(term()) and term().requires_grad
+    assert torch.isfinite(term()) and term().requires_grad and float(term()) > 0
+    one_text = probes.contrastive_term(model, images, contrastive[1], torch.zeros(len(texts), dtype=torch.long), batch=8)
+    assert float(one_text()) == 0  # every other column has the row's text: masked, as in training
     before = loaded.model.state_dict()
     changed = {}
     for weight in (0.0, 1.0):
