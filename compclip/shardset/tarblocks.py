@@ -91,14 +91,11 @@ def iter_members(path: str | Path, payloads: bool = True) -> Iterator[tuple[str,
             header = f.read(BLOCK)
             if header == ZERO_BLOCK:
                 return
-            raw = header[:100].split(b"\0", 1)[0]
-            try:
-                name, size = raw.decode(ENCODING, ERRORS), int(header[124:135], 8)
-            except ValueError:
-                name, size = "", -1
-            if len(header) < BLOCK or size < 0 or header != member_header(name, size):
+            found = _canonical(header)
+            if found is None:
                 yield from _tarfile_members(path, f, offset, payloads)
                 return
+            name, size = found
             pad = -size % BLOCK
             if payloads:
                 value = f.read(size)
@@ -138,6 +135,14 @@ def _name_size(header: bytes) -> tuple[str, int]:
     return (prefix + b"/" + raw if prefix else raw).decode(ENCODING, ERRORS), size
 
 
+def _canonical(header: bytes) -> Optional[tuple[str, int]]:
+    """(name, size) of a block identical to the header `member_header` writes for them, else None."""
+    name, size = _name_size(header)
+    if len(header) < BLOCK or size < 0 or header != member_header(name, size):
+        return None
+    return name, size
+
+
 def iter_spans(path: str | Path) -> Iterator[tuple[str, int, int]]:
     """(name, offset of its header, bytes up to the next header) of each member of a tar file
     `TarWriter` wrote, from the headers alone (payloads are skipped, not read); any other header
@@ -148,9 +153,10 @@ def iter_spans(path: str | Path) -> Iterator[tuple[str, int, int]]:
             header = f.read(BLOCK)
             if header == ZERO_BLOCK:
                 return
-            name, size = _name_size(header)
-            if len(header) < BLOCK or size < 0 or header != member_header(name, size):
+            found = _canonical(header)
+            if found is None:
                 raise tarfile.ReadError(f"{path}: no header as TarWriter writes it at byte {offset}")
+            name, size = found
             span = BLOCK + size + -size % BLOCK
             f.seek(offset + span)
             yield name, offset, span
