@@ -41,12 +41,13 @@ def read_samples(shard_set: Path, n: int | None, shard: int = 0) -> list[dict[st
         raise SystemExit(f"error: {shard_set} holds no .tar shards; build the world first (bash launch/demo.sh)")
     if shard >= len(tars):
         raise SystemExit(f"error: {shard_set} holds {len(tars)} shards, no shard number {shard}")
-    with tarfile.open(tars[shard]) as tar:
-        members = {name: tar.extractfile(name).read() for name in tar.getnames()}
-    samples: dict[str, dict[str, bytes]] = defaultdict(dict)
-    for name, data in members.items():
-        key, _, ext = name.partition(".")
-        samples[key][ext] = data
+    from compclip.errors import DataError
+    from compclip.shardset.shards import iter_raw_samples
+    try:
+        samples = {raw["__key__"]: {k: v for k, v in raw.items() if not k.startswith("__")}
+                   for raw in iter_raw_samples(tars[shard])}
+    except tarfile.ReadError as err:
+        raise DataError(f"{tars[shard]}: not a readable tar shard ({' '.join(str(err).split())})") from err
     return [samples[k] for k in sorted(samples)[:n]]
 
 
@@ -399,4 +400,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(ROOT))
+    from compclip.cli import run
+    sys.exit(run(main))  # an error: one line naming the file, not a traceback

@@ -623,3 +623,23 @@ def test_a_rerun_with_every_step_done_writes_the_recorded_time_into_results(demo
     assert demo.main(["--out", str(tmp_path / "out"), "--recipes", "demo_clip_ft"]) == 0
     text = (tmp_path / "out" / "results.md").read_text()
     assert "; 10.0 min wall" in text and " 0.0 min" not in text
+
+
+def test_probes_command_names_a_missing_checkpoint_or_a_bad_shard_in_one_line(tmp_path):
+    import subprocess
+    import sys
+    import tarfile
+    shards = tmp_path / "world" / "train_mirrored"
+    shards.mkdir(parents=True)
+    with tarfile.open(shards / "shard-000000.tar", "w") as tar:
+        tar.addfile(tarfile.TarInfo("k0.txt"))
+
+    def probe(checkpoint):
+        done = subprocess.run([sys.executable, "launch/demo_probes.py", "pairs", str(tmp_path / "world"),
+                               str(checkpoint)], cwd=ROOT, capture_output=True, text=True)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+        return lines[0]
+    assert "missing.pt" in probe(tmp_path / "missing.pt")
+    (shards / "shard-000000.tar").write_bytes(b"")
+    assert "shard-000000.tar: not a readable tar shard" in probe(tmp_path / "missing.pt")
