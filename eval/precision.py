@@ -37,6 +37,12 @@ def dtype_of(precision: str) -> torch.dtype:
     return PRECISIONS[precision]
 
 
+def precision_of(model: nn.Module) -> str:
+    """The precision of a model's weights ("fp32" for any dtype not in `PRECISIONS`)."""
+    dtype = next(model.parameters()).dtype
+    return next((name for name, d in PRECISIONS.items() if d == dtype), "fp32")
+
+
 def lowered_copy(model: nn.Module, precision: str) -> nn.Module:
     """A copy of an open_clip model with its weights in `precision` as `clip.load` does for fp16
     (the caller's model is left as it was)."""
@@ -45,6 +51,7 @@ def lowered_copy(model: nn.Module, precision: str) -> nn.Module:
     low = copy.deepcopy(model)
     convert_weights_to_lp(low, dtype=dtype_of(precision))
     for module in low.modules():
-        if type(module) is LayerNorm:  # same parameters; computes in fp32 and casts back
+        if type(module) is LayerNorm:  # parameters in fp32 (also from a model held in bf16); computes in fp32
+            module.float()
             module.__class__ = LayerNormFp32
     return low

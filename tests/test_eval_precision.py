@@ -111,3 +111,32 @@ def test_lowered_copy_normalises_in_fp32_as_clip_does(micro_model, precision, mo
         got = m(x)
         assert got.dtype == x.dtype and torch.equal(got, want.to(x.dtype))
     assert seen == [torch.float32] * len(norms)
+
+
+def test_training_eval_scores_weights_held_in_bf16_in_bf16(micro_model):
+    """Under DeepSpeed bf16 the trained model's weights are bf16: the epoch's eval scores them in bf16
+    (images cast to it) instead of feeding them float32 pixels."""
+    import copy
+
+    from PIL import Image
+
+    from compclip.eval.precision import precision_of
+    from compclip.trainer import evaluation
+    model = copy.deepcopy(micro_model.model).to(torch.bfloat16)
+    assert precision_of(model) == "bf16" and precision_of(micro_model.model) == "fp32"
+    images = [Image.new("RGB", (40, 40), (200, 10, 10))]
+    with pytest.raises(RuntimeError, match="should be the same|dtype"):  # float32 pixels into bf16 weights
+        OpenClipScorer(model, micro_model.preprocess, micro_model.tokenizer).encode_images(images)
+    seen = {}
+
+    def evaluate(scorer, benchmarks, root, options, progress):
+        seen["images"] = scorer.encode_images(images)
+        return {}
+    import compclip.eval.api
+    original, compclip.eval.api.evaluate = compclip.eval.api.evaluate, evaluate
+    try:
+        evaluation.evaluate_model(model, micro_model.preprocess, micro_model.tokenizer,
+                                  evaluation.EvalConfig(benchmarks=[], data_root=None), "cpu", "t", progress=False)
+    finally:
+        compclip.eval.api.evaluate = original
+    assert seen["images"].dtype == torch.bfloat16 and torch.isfinite(seen["images"].float()).all()

@@ -241,6 +241,22 @@ def test_uint8_from_workers_normalised_on_the_device_equals_the_float_transform(
             assert torch.equal(normalize(b.unsqueeze(0))[0], a)
 
 
+def test_model_input_is_cast_to_the_weights_dtype_only_when_they_are_not_float32(micro_model):
+    """DeepSpeed's bf16 / fp16 engine keeps its weights in that dtype without autocast: the images
+    reach it in that dtype; float32 weights get the normalised float32 images unchanged."""
+    from compclip.trainer.transforms import split_normalize, to_model_input
+    _, normalize = split_normalize(micro_model.preprocess_train)
+    images = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
+    fp32 = to_model_input(normalize, torch.float32)(images)
+    assert fp32.dtype == torch.float32 and torch.equal(fp32, normalize(images))
+    for dtype in (torch.bfloat16, torch.float16):
+        low = to_model_input(normalize, dtype)(images)
+        assert low.dtype == dtype and torch.equal(low, normalize(images).to(dtype))
+    floats = torch.rand(2, 3, 8, 8)  # a transform that was not split: no normalize, the cast alone
+    assert to_model_input(None, torch.bfloat16)(floats).dtype == torch.bfloat16
+    assert to_model_input(None, torch.float32)(floats) is floats
+
+
 def test_persistent_workers_step_through_epochs_like_fresh_loaders(micro_model, shards):
     s = stream(micro_model, shards["plain"], batches=3, workers=2)
     fresh = []

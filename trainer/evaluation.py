@@ -31,6 +31,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from compclip.eval.precision import precision_of
 from compclip.eval.scorer import OpenClipScorer
 from compclip.trainer.recipe import EvalConfig
 
@@ -122,7 +123,9 @@ def evaluate_model(model: nn.Module, preprocess: Callable, tokenizer: Callable, 
     """({"<benchmark>/<metric>": value}, {name: 95 % (low, high)} for the metrics that have one,
     {benchmark: eval.stats.ItemTable}: the per-item values behind the intervals)."""
     from compclip.eval.api import evaluate
-    scorer = OpenClipScorer(model, preprocess, tokenizer, name=name, batch_size=cfg.batch_size, device=device)
+    # weights DeepSpeed holds in bf16 / fp16 are scored in that precision (their inputs cast to it)
+    scorer = OpenClipScorer(model, preprocess, tokenizer, name=name, batch_size=cfg.batch_size, device=device,
+                            precision=precision_of(model))
     metrics = evaluate(scorer, list(cfg.benchmarks), cfg.data_root, dict(cfg.options), progress=progress)
     intervals = getattr(metrics, "intervals", {})
     return ({str(k): float(v) for k, v in metrics.items()},

@@ -42,7 +42,7 @@ from compclip.trainer.loss import ContrastiveLoss, Layout
 from compclip.trainer.monitor import Monitor, memory_mb
 from compclip.trainer.optim import build_optimizer, build_scheduler
 from compclip.trainer.recipe import Recipe, RecipeError, check_best_metric, describe_changes, recipe_to_dict
-from compclip.trainer.transforms import split_normalize
+from compclip.trainer.transforms import split_normalize, to_model_input
 from compclip.errors import CompclipError
 from compclip.fileio import atomic_write
 
@@ -211,7 +211,7 @@ class Trainer:
         self.scheduler = build_scheduler(optimizer, self.total_steps, recipe.schedule)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
         _, normalize = split_normalize(self.loaded.preprocess_train)  # workers send uint8 images
-        self.to_input = normalize or (lambda images: images)
+        self.to_input = to_model_input(normalize, next(self.model.parameters()).dtype)
         self.loss_fn = ContrastiveLoss(recipe.loss.logit_scale_max, recipe.loss.gather_with_grad,
                                        recipe.loss.mask_same_image, clamp_in_forward=using_deepspeed())
         self.state = checkpointing.TrainState()

@@ -33,3 +33,15 @@ def split_normalize(preprocess: Callable) -> tuple[Callable, Optional[DeviceNorm
     if not steps or len(steps) < 2 or not isinstance(steps[-1], T.Normalize) or not isinstance(steps[-2], T.ToTensor):
         return preprocess, None
     return T.Compose(list(steps[:-2]) + [T.PILToTensor()]), DeviceNormalize(steps[-1].mean, steps[-1].std)
+
+
+def to_model_input(normalize: Optional[Callable], dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The device's step before the model: `normalize` (when the transform was split), then a cast
+    to `dtype`, the dtype of the model's weights. Float32 weights (autocast or none): no cast.
+    DeepSpeed's bf16 / fp16 engine holds the weights in that dtype and does not autocast, so its
+    inputs must come in that dtype."""
+    def to_input(images: torch.Tensor) -> torch.Tensor:
+        if normalize is not None:
+            images = normalize(images)
+        return images.to(dtype) if images.is_floating_point() and images.dtype != dtype else images
+    return to_input
