@@ -578,7 +578,8 @@ def section_gpu(r, ev, goals, notes) -> str:
                          "JPEG decoding of 2 images per anchor in the workers bounds the run, not the GPU step.")
     if ev:
         L += ["", f"Eval on CUDA: `{ev['meta']['command']}` ({ev.get('device')}, {ev['arch']}, "
-              f"synthetic fixture n={ev['fixture_n']}; load + encode + score per benchmark, images decoded on the CPU):", ""]
+              f"synthetic fixture n={ev['fixture_n']}; load + encode + score per benchmark, images decoded on the CPU; "
+              f"commit {ev['meta']['git_commit']}, {ev['meta']['date']}):", ""]
         L.append(markdown_table(["benchmark", "items", "items/s"],
                                 [[n, b["items"], fmt_stat(b["items_per_s"])] for n, b in ev["per_benchmark"].items()]))
         left_out = sorted({"aro", "left_right"} - set(ev.get("benchmarks") or []))
