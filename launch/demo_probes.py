@@ -18,7 +18,8 @@ the first shard's first `--n` samples, and one thread; one line per checkpoint o
 scored on `--test-shard`; `--towers` picks the towers probed, and `--save-image-tower PATH`
 writes the checkpoint with its image tower finetuned by the heads (`save_image_tower`), a base
 `model.pretrained` loads; `--contrastive-weight W` adds W x the trainer's CLIP loss on batches of
-64 (image, caption) pairs of `world/train` to that finetune and trains both towers with it.
+64 (image, caption) pairs of `world/train` to that finetune and trains both towers with it, and
+`--head-weight 0` leaves the heads' loss out of it (the CLIP loss alone: the control).
 """
 from __future__ import annotations
 
@@ -150,10 +151,13 @@ def fit_linear(train_x, train_y, eval_x: list, classes: list[int]) -> list[list]
 
 
 def finetune_heads(encoder, params, train_in, train_y, eval_in: list, classes: list[int], steps: int,
-                   batch: int = 64, lr: float = 5e-4, seed: int = 0, extra_loss=None) -> list[list]:
+                   batch: int = 64, lr: float = 5e-4, seed: int = 0, extra_loss=None,
+                   head_weight: float = 1.0) -> list[list]:
     """Train `encoder` (its `params`) end to end with one linear head per attribute on top (summed
-    cross-entropy, AdamW, weight decay 0.1, cosine schedule, random batches), plus `extra_loss()` at
-    each step when given; the heads' log-probabilities on each input tensor of `eval_in`."""
+    cross-entropy times `head_weight`, AdamW, weight decay 0.1, cosine schedule, random batches),
+    plus `extra_loss()` at each step when given; the heads' log-probabilities on each input tensor of
+    `eval_in`. `head_weight` 0 with an `extra_loss` trains on that loss alone (the heads then stay
+    as initialised)."""
     import torch
     torch.manual_seed(seed)
     with torch.no_grad():
@@ -164,7 +168,7 @@ def finetune_heads(encoder, params, train_in, train_y, eval_in: list, classes: l
     for _ in range(steps):
         idx = torch.randint(len(train_y), (batch,), generator=order)
         logits = heads(encoder(train_in[idx])).split(classes, 1)
-        loss = sum(torch.nn.functional.cross_entropy(lg, train_y[idx, h]) for h, lg in enumerate(logits))
+        loss = head_weight * sum(torch.nn.functional.cross_entropy(lg, train_y[idx, h]) for h, lg in enumerate(logits))
         if extra_loss is not None:
             loss = loss + extra_loss()
         opt.zero_grad()
@@ -220,7 +224,8 @@ def tower_features(model, tower: str, x) -> dict:
 
 def leftright_probe(load, preprocess, tokenizer, train: list[dict], test: list[dict], steps: int = 300,
                     load_random=None, towers=("image", "text"), finetuned: dict | None = None,
-                    contrastive: tuple | None = None, contrastive_weight: float = 0.0) -> dict:
+                    contrastive: tuple | None = None, contrastive_weight: float = 0.0,
+                    head_weight: float = 1.0) -> dict:
     """Can each tower alone tell which object is on the left? Items of `leftright_items`; for the
     image tower (from the image) and the text tower (from the caption): a linear probe of each of
     its frozen features (`tower_features`) and the tower finetuned with the heads on its output
@@ -229,7 +234,8 @@ def leftright_probe(load, preprocess, tokenizer, train: list[dict], test: list[d
     finetuned model is put into `finetuned` (when given) under its entry's name. With
     `contrastive_weight` > 0, each image-tower finetune also adds that weight times the CLIP loss
     (`contrastive_term`) on the (images, caption tokens, caption ids) of `contrastive`, and trains
-    both towers (every weight but the logit scale). Each entry:
+    both towers (every weight but the logit scale); `head_weight` scales the heads' loss there (0:
+    the contrastive term alone, a control of the same steps and batches). Each entry:
     `leftright_scores` on `test`, on its items whose two objects never appear together in `train`
     (`unseen`), and `train_binding_acc`."""
     import torch
@@ -269,7 +275,8 @@ def leftright_probe(load, preprocess, tokenizer, train: list[dict], test: list[d
                 term = contrastive_term(model, *contrastive)
                 extra = lambda term=term: contrastive_weight * term()  # noqa: E731
             results[f"{tower} {name}"] = scores(*finetune_heads(encoder, params, x_train, y_train, [x_train, x_test],
-                                                                classes, steps, extra_loss=extra))
+                                                                classes, steps, extra_loss=extra,
+                                                                head_weight=head_weight if aux else 1.0))
             if finetuned is not None:
                 finetuned[f"{tower} {name}"] = model.eval()
     return results
@@ -308,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--contrastive-weight", type=float, default=0.0, metavar="W",
                         help="leftright: while finetuning the image tower, also train both towers with W x the CLIP "
                              "loss on batches of 64 (image, caption) pairs of world/train")
+    parser.add_argument("--head-weight", type=float, default=1.0, metavar="H",
+                        help="leftright, with --contrastive-weight: the heads' loss times H (0: the CLIP loss alone, "
+                             "the control of the same steps and batches)")
     parser.add_argument("--out", help="leftright: write the results (JSON) here")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -319,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe == "leftright":
         if args.test_shard in args.train_shards:
             raise SystemExit(f"error: --test-shard {args.test_shard} is one of --train-shards")
+        if args.head_weight != 1.0 and args.contrastive_weight <= 0:
+            raise SystemExit("error: --head-weight needs --contrastive-weight (without it the heads are the only loss)")
         if args.save_image_tower and ("image" not in args.towers or len(args.checkpoints) != 1):
             raise SystemExit("error: --save-image-tower needs one checkpoint and the image tower in --towers")
         train = [it for k in args.train_shards
@@ -345,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             results[ckpt] = leftright_probe(lambda: load_model(pretrained=ckpt, trim_text=False).model,
                                             loaded.preprocess, loaded.tokenizer, train, test, args.steps,
                                             load_random if args.random else None, args.towers, finetuned,
-                                            contrastive, args.contrastive_weight)
+                                            contrastive, args.contrastive_weight, args.head_weight)
             if args.save_image_tower:
                 save_image_tower(finetuned["image finetuned"], ckpt, args.save_image_tower)
             print(json.dumps({ckpt: results[ckpt]}))
@@ -355,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                                                   "towers": args.towers, "saved": args.save_image_tower,
                                                   "unseen_combos": args.unseen_combos, "steps": args.steps,
                                                   "contrastive_weight": args.contrastive_weight,
+                                                  "head_weight": args.head_weight,
                                                   "results": results}, indent=1))
         return 0
     samples = read_samples(world / ("train_mirrored" if args.probe == "pairs" else "train"), args.n or 256)

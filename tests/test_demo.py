@@ -438,6 +438,43 @@ def test_contrastive_weight_trains_both_towers_with_the_clip_loss_and_the_base_l
     assert "token_embedding.weight" in text and "text_projection" in text and "logit_scale" not in changed[1.0]
 
 
+
+def test_head_weight_zero_trains_on_the_clip_loss_alone(tmp_path):
+    """`head_weight` 0 (`--head-weight 0`, the control of the aux base): the labels no longer move
+    the towers (two label sets, the same weights after), while the CLIP term still does; the flag
+    without `--contrastive-weight` is refused."""
+    import io
+    import torch
+    from PIL import Image
+    from compclip.models.checkpoint import CheckpointMeta, save_checkpoint
+    from compclip.models.load import load_model
+    probes = _probes()
+    torch.manual_seed(0)
+    base = save_checkpoint(tmp_path, "base", load_model(arch="demo-vit-64", trim_text=False).model,
+                           CheckpointMeta(arch="demo-vit-64", activation="gelu", lineage="none"), pointers=())
+    loaded = load_model(pretrained=str(base), trim_text=False)
+    samples = _mirrored_samples(0, 16)
+    train, test = probes.leftright_items(samples), probes.leftright_items(_mirrored_samples(100, 6))
+    flipped = [dict(it, labels=it["labels"][2:] + it["labels"][:2]) for it in train]  # other labels, same inputs
+    images = torch.stack([loaded.preprocess(Image.open(io.BytesIO(s["jpg"])).convert("RGB")) for s in samples])
+    texts = [s["txt"].decode() for s in samples]
+    contrastive = (images, loaded.tokenizer(texts), torch.arange(len(texts)))
+    before = loaded.model.state_dict()
+
+    def weights(items, head_weight):
+        finetuned: dict = {}
+        probes.leftright_probe(lambda: load_model(pretrained=str(base), trim_text=False).model, loaded.preprocess,
+                               loaded.tokenizer, items, test, steps=2, towers=("image",), finetuned=finetuned,
+                               contrastive=contrastive, contrastive_weight=1.0, head_weight=head_weight)
+        return finetuned["image finetuned"].state_dict()
+    a, b = weights(train, 0.0), weights(flipped, 0.0)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], before[k]) for k in a)
+    c, d = weights(train, 1.0), weights(flipped, 1.0)
+    assert any(not torch.equal(c[k], d[k]) for k in c)  # with the heads on, the labels matter
+    with pytest.raises(SystemExit, match="--head-weight needs --contrastive-weight"):
+        probes.main(["leftright", str(tmp_path), str(base), "--head-weight", "0"])
+
 def test_start_metrics_overrides_pass_the_recipe_checks(demo):
     """The base model's start numbers load each finetune recipe without benchmarks: its
     `checkpoint.best_metric` (a benchmark metric) must go too, or the pre-flight refuses it."""
