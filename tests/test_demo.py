@@ -396,10 +396,9 @@ def test_save_image_tower_writes_a_base_with_only_the_finetuned_image_tower_chan
     with pytest.raises(SystemExit, match="needs one checkpoint and the image tower"):
         probes.main(["leftright", str(tmp_path), str(base), "--towers", "text", "--save-image-tower", "x.pt"])
 
-def test_contrastive_weight_trains_both_towers_with_the_clip_loss_and_the_base_loads(tmp_path):
-    """With `contrastive_weight` > 0 the image-tower finetune also takes the CLIP loss of caption
-    batches (`contrastive_term`), so the text tower changes too (with 0 it keeps the base's weights),
-    the logit scale stays the base's, and `save_image_tower` writes a checkpoint that loads."""
+def _aux_setup(tmp_path):
+    """A random demo-vit-64 base saved as a checkpoint, its loaded copy, left/right items of 16 and
+    6 mirrored samples, and the (images, caption tokens, caption ids) of the 16 for the CLIP term."""
     import io
     import torch
     from PIL import Image
@@ -414,11 +413,22 @@ def test_contrastive_weight_trains_both_towers_with_the_clip_loss_and_the_base_l
     train, test = probes.leftright_items(samples), probes.leftright_items(_mirrored_samples(100, 6))
     texts = [s["txt"].decode() for s in samples]
     images = torch.stack([loaded.preprocess(Image.open(io.BytesIO(s["jpg"])).convert("RGB")) for s in samples])
-    contrastive = (images, loaded.tokenizer(texts), torch.arange(len(texts)))
+    return base, loaded, train, test, (images, loaded.tokenizer(texts), torch.arange(len(texts)))
+
+
+def test_contrastive_weight_trains_both_towers_with_the_clip_loss_and_the_base_loads(tmp_path):
+    """With `contrastive_weight` > 0 the image-tower finetune also takes the CLIP loss of caption
+    batches (`contrastive_term`), so the text tower changes too (with 0 it keeps the base's weights),
+    the logit scale stays the base's, and `save_image_tower` writes a checkpoint that loads."""
+    import torch
+    from compclip.models.load import load_model
+    probes = _probes()
+    base, loaded, train, test, contrastive = _aux_setup(tmp_path)
+    images, tokens = contrastive[:2]
     model = load_model(pretrained=str(base), trim_text=False).model
     term = probes.contrastive_term(model, *contrastive, batch=8)
     assert torch.isfinite(term()) and term().requires_grad and float(term()) > 0
-    one_text = probes.contrastive_term(model, images, contrastive[1], torch.zeros(len(texts), dtype=torch.long), batch=8)
+    one_text = probes.contrastive_term(model, images, tokens, torch.zeros(len(tokens), dtype=torch.long), batch=8)
     assert float(one_text()) == 0  # every other column has the row's text: masked, as in training
     before = loaded.model.state_dict()
     changed = {}
@@ -443,22 +453,11 @@ def test_head_weight_zero_trains_on_the_clip_loss_alone(tmp_path):
     """`head_weight` 0 (`--head-weight 0`, the control of the aux base): the labels no longer move
     the towers (two label sets, the same weights after), while the CLIP term still does; the flag
     without `--contrastive-weight` is refused."""
-    import io
     import torch
-    from PIL import Image
-    from compclip.models.checkpoint import CheckpointMeta, save_checkpoint
     from compclip.models.load import load_model
     probes = _probes()
-    torch.manual_seed(0)
-    base = save_checkpoint(tmp_path, "base", load_model(arch="demo-vit-64", trim_text=False).model,
-                           CheckpointMeta(arch="demo-vit-64", activation="gelu", lineage="none"), pointers=())
-    loaded = load_model(pretrained=str(base), trim_text=False)
-    samples = _mirrored_samples(0, 16)
-    train, test = probes.leftright_items(samples), probes.leftright_items(_mirrored_samples(100, 6))
+    base, loaded, train, test, contrastive = _aux_setup(tmp_path)
     flipped = [dict(it, labels=it["labels"][2:] + it["labels"][:2]) for it in train]  # other labels, same inputs
-    images = torch.stack([loaded.preprocess(Image.open(io.BytesIO(s["jpg"])).convert("RGB")) for s in samples])
-    texts = [s["txt"].decode() for s in samples]
-    contrastive = (images, loaded.tokenizer(texts), torch.arange(len(texts)))
     before = loaded.model.state_dict()
 
     def weights(items, head_weight):
