@@ -10,7 +10,8 @@ base run's last evaluation, and the `pairs` probe of `launch/demo_probes.py` on 
 samples of `world/train_mirrored` (cos(caption, mirrored caption), partner accuracy). From the
 shards of DIR/train: the share of captions that state a left/right relation, and the share of
 anchors whose random batch of 64 holds a scene of the same objects with the relation the other way
-round (`mirrored_in_batch`). Work goes to
+round (`mirrored_in_batch`). `--object-pool K` builds every world with `--object-pool K` (its
+scenes hold only K colour-shape bindings; rows `F/pool K`). Work goes to
 `--out` (a step whose output is there is not run again); the table to
 bench/results/leftright_base.json and .md, rewritten after each fraction. Not part of
 bench/run_all.py: each fraction trains a base model (minutes).
@@ -91,12 +92,13 @@ def run(cmd: list[str], logfile: Path, threads: int) -> float:
 def one_fraction(fraction: str, args: argparse.Namespace) -> dict:
     import torch
     torch.set_num_threads(args.threads)
-    out = Path(args.out) / f"f-{fraction}"
+    out = work_dir(fraction, args)
     world, runs = out / "world", out / "runs"
     out.mkdir(parents=True, exist_ok=True)
-    row: dict = {"fraction": fraction}
+    row: dict = {"fraction": row_key(fraction, args)}
     if not (world / "world.json").is_file():
         extra = [] if fraction == "default" else ["--leftright-fraction", fraction]
+        extra += [] if args.object_pool is None else ["--object-pool", str(args.object_pool)]
         row["world_s"] = run([sys.executable, "-m", "compclip.datagen", "world", "build", "--out", str(world),
                               "--seed", str(args.seed), "--partners", "mirrored", "--quiet", *extra],
                              out / "world.log", args.threads)
@@ -106,6 +108,7 @@ def one_fraction(fraction: str, args: argparse.Namespace) -> dict:
                                  f"data.train_shards=[{world / 'train'}]",
                                  f"eval.data_root={world / 'benchmarks'}", *args.override],
                                 out / "pretrain.log", args.threads)
+        (runs / "demo_pretrain" / "DONE").write_text("")  # as launch/demo.py marks a finished run
     scenes = read_scenes(world / "train")
     row["leftright_share"] = round(sum(bool(left_of(s)) for s in scenes) / len(scenes), 4)
     row["mirrored_in_batch"] = round(mirrored_in_batch(scenes), 4)
@@ -114,6 +117,14 @@ def one_fraction(fraction: str, args: argparse.Namespace) -> dict:
     row["step"] = last["step"]
     row.update(probe(last_checkpoint(runs / "demo_pretrain"), world, args.pairs))
     return row
+
+
+def row_key(fraction: str, args: argparse.Namespace) -> str:
+    return fraction if args.object_pool is None else f"{fraction}/pool {args.object_pool}"
+
+
+def work_dir(fraction: str, args: argparse.Namespace) -> Path:
+    return Path(args.out) / ("f-" + row_key(fraction, args).replace("/pool ", "-pool-"))
 
 
 def last_checkpoint(run_dir: Path) -> Path:
@@ -136,7 +147,7 @@ def finetunes(fraction: str, args: argparse.Namespace) -> dict:
     (`--threads` threads each), on that fraction's world, as the demo runs them."""
     from types import SimpleNamespace
     import demo
-    out = Path(args.out) / f"f-{fraction}"
+    out = work_dir(fraction, args)
     world, runs = out / "world", out / "runs"
     result = {}
     for recipe in ("demo_clip_ft", "demo_leftright"):
@@ -146,6 +157,7 @@ def finetunes(fraction: str, args: argparse.Namespace) -> dict:
                  f"logging.output_dir={runs}", "checkpoint.resume=auto", f"data.train_shards=[{shards}]",
                  f"eval.data_root={world / 'benchmarks'}", f"model.pretrained={last_checkpoint(runs / 'demo_pretrain')}"],
                 out / f"{recipe}.log", args.threads)
+            (runs / recipe / "DONE").write_text("")
         last = json.loads((runs / recipe / "eval.jsonl").read_text().splitlines()[-1])["metrics"]
         row = {k: round(last[m], 4) for k, m in METRICS.items() if m in last}
         partner = demo.inbatch_numbers(SimpleNamespace(dir=out, runs=runs), recipe).get("partner_acc", {})
@@ -191,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=1000, help="mirrored pairs probed (first shard)")
     parser.add_argument("--out", default="runs/leftright_base", help="work folder")
     parser.add_argument("--override", nargs="*", default=[], help="extra key=value for demo_pretrain")
+    parser.add_argument("--object-pool", type=int, default=None, metavar="K",
+                        help="build every world with --object-pool K (rows 'F/pool K')")
     args = parser.parse_args(argv)
     path = RESULTS_DIR / f"{NAME}.json"
     old = json.loads(path.read_text()) if path.is_file() else {}
@@ -199,21 +213,26 @@ def main(argv: list[str] | None = None) -> int:
     command = "python bench/bench_leftright_base.py " + " ".join(argv if argv is not None else sys.argv[1:])
 
     def save() -> None:
-        ordered = sorted(rows.values(), key=lambda r: -1.0 if r["fraction"] == "default" else float(r["fraction"]))
+        def order(r: dict) -> tuple:
+            fraction, _, pool = r["fraction"].partition("/pool ")
+            return (-1.0 if fraction == "default" else float(fraction), int(pool or 0))
+        ordered = sorted(rows.values(), key=order)
         write_result(NAME, {"seed": args.seed, "threads": args.threads, "override": args.override,
                             "rows": ordered, "finetunes": tuned})
         (RESULTS_DIR / f"{NAME}.md").write_text(markdown(ordered, tuned, command.strip()))
 
     for fraction in args.fractions:
         log(f"fraction {fraction}")
-        rows[fraction] = {**rows.get(fraction, {}), **one_fraction(fraction, args)}
+        key = row_key(fraction, args)
+        rows[key] = {**rows.get(key, {}), **one_fraction(fraction, args)}
         save()
-        log(json.dumps(rows[fraction]))
+        log(json.dumps(rows[key]))
     for fraction in args.finetune:
         log(f"finetunes from the base of fraction {fraction}")
-        tuned[fraction] = finetunes(fraction, args)
+        key = row_key(fraction, args)
+        tuned[key] = finetunes(fraction, args)
         save()
-        log(json.dumps(tuned[fraction]))
+        log(json.dumps(tuned[key]))
     return 0
 
 

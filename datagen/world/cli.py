@@ -4,7 +4,8 @@ and every benchmark set.
     DIR/split.json              held-out compositions (splits.py)
     DIR/train/                  shard set: images + captions (+ negatives with --negatives;
                                 --leftright-fraction F: that share of its captions state a
-                                left/right relation, the others none)
+                                left/right relation, the others none; --object-pool K: the
+                                scenes of every training set hold only K bindings)
     DIR/train_generated/        with --partners generated|all: + negatives + generated partners
     DIR/train_mirrored/         with --partners mirrored|all: + mirrored partners
     DIR/object_bank/            single objects (held-out bindings excluded) + backgrounds
@@ -36,21 +37,29 @@ MIN_SIZE = 16
 PARTNER_CHOICES = ("generated", "mirrored", "all", "none")
 SUMMARY = "world.json"  # written when the build is done
 OPTIONS = "build_options.json"  # the options that change the output, written when it starts
+MIN_POOL, MAX_POOL = 3, 30  # --object-pool: 6 colours x 6 shapes, less the 6 held-out bindings
 
 
 def build_options(seed: int, train_size: int, size: int, negatives: bool, partners: str,
-                  bench_scale: float, max_count: int, leftright_fraction: float | None = None) -> dict:
+                  bench_scale: float, max_count: int, leftright_fraction: float | None = None,
+                  object_pool: int | None = None) -> dict:
     """The options of `build` that change what it writes, by their command-line names
-    (`--leftright-fraction` only when given, so a build without it records what it always did)."""
+    (`--leftright-fraction` and `--object-pool` only when given, so a build without them records
+    what it always did)."""
     options = {"--seed": seed, "--train-size": train_size, "--size": size, "--negatives": negatives,
                "--partners": partners, "--bench-scale": bench_scale, "--max-count": max_count}
     if leftright_fraction is not None:
         options["--leftright-fraction"] = leftright_fraction
+    if object_pool is not None:
+        options["--object-pool"] = object_pool
     return options
 
 
 def _check(train_size: int, size: int, partners: str, bench_scale: float, max_count: int,
-           leftright_fraction: float | None = None) -> None:
+           leftright_fraction: float | None = None, object_pool: int | None = None) -> None:
+    if object_pool is not None and not MIN_POOL <= object_pool <= MAX_POOL:
+        raise InputError(f"--object-pool {object_pool}: must be between {MIN_POOL} (a scene holds up "
+                         f"to 3 objects) and {MAX_POOL} (the colour-shape bindings training may show)")
     if leftright_fraction is not None and not 0 <= leftright_fraction <= 1:
         raise InputError(f"--leftright-fraction {leftright_fraction}: must be between 0 and 1 "
                          f"(the share of DIR/train's captions that state a left/right relation)")
@@ -69,11 +78,12 @@ def _check(train_size: int, size: int, partners: str, bench_scale: float, max_co
 def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
           size: int = DEFAULT_SIZE, negatives: bool = False, partners: str = "none",
           bench_scale: float = 1.0, shard_size: int = 1000, progress: bool = True,
-          leftright_fraction: float | None = None) -> dict:
+          leftright_fraction: float | None = None, object_pool: int | None = None) -> dict:
     """Write everything for one seed under `out`; returns the run summary (also world.json).
     `shard_size`: samples per shard (`--max-count`); `leftright_fraction`: the share of
-    DIR/train's captions that state a left/right relation (None: the world's own mix)."""
-    _check(train_size, size, partners, bench_scale, shard_size, leftright_fraction)
+    DIR/train's captions that state a left/right relation (None: the world's own mix);
+    `object_pool`: the training sets' scenes hold only that many bindings (None: any)."""
+    _check(train_size, size, partners, bench_scale, shard_size, leftright_fraction, object_pool)
     from compclip.datagen.outlock import hold
     from compclip.shardset.shards import pin_options
     from compclip.datagen.world.bank import write_object_bank
@@ -83,7 +93,8 @@ def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
     out = Path(out)
     with hold(out):  # one writer at a time in `out`, released however the build ends
         options = pin_options(out, build_options(seed, train_size, size, negatives, partners,
-                                                 bench_scale, shard_size, leftright_fraction), OPTIONS)
+                                                 bench_scale, shard_size, leftright_fraction,
+                                                 object_pool), OPTIONS)
         kinds = list(PARTNERS) if partners == "all" else [] if partners == "none" else [partners]
         split = Split.make(seed)
         split.save(out, seed=seed)
@@ -107,7 +118,8 @@ def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
             manifest = timed(name, lambda: write_train_set(
                 out / name, train_size, seed, split, size, with_negatives=negatives,
                 partner=kind, shard_size=shard_size, progress=progress,
-                leftright_fraction=leftright_fraction if kind is None else None))
+                leftright_fraction=leftright_fraction if kind is None else None,
+                object_pool=object_pool))
             summary["sets"][name] = sum(s["samples"] for s in manifest["shards"])
         bank = timed("object_bank", lambda: write_object_bank(
             out / "object_bank", size=size, seed=seed, exclude=split.bindings))
@@ -140,6 +152,10 @@ def build_parser(prog: str = "python -m datagen world"):
                    help="share of DIR/train's captions that state a left/right relation (true from "
                         "the viewer's side; the others state none); default: the world's own mix, "
                         "about half")
+    b.add_argument("--object-pool", type=int, default=None, metavar="K",
+                   help=f"the scenes of every training set hold only K colour-shape bindings ({MIN_POOL}-{MAX_POOL}), "
+                        "chosen by the seed, so scenes of the same objects meet in ordinary batches; "
+                        "benchmarks and object bank unchanged")
     count = b.add_argument("--max-count", type=int, default=1000, help="samples per tar shard")
     rename(b, "--shard-size", count)
     b.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -173,7 +189,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m datagen world") -
         def work() -> int:
             summary = build(args.out, args.seed, args.train_size, args.size, args.negatives,
                             args.partners, args.bench_scale, args.max_count, progress=not args.quiet,
-                            leftright_fraction=args.leftright_fraction)
+                            leftright_fraction=args.leftright_fraction, object_pool=args.object_pool)
             print(json.dumps(summary, indent=1))  # results on stdout (docs/cli.md)
             return 0
         return run(work)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Optional, Sequence
 
 from compclip.datagen.world.vocab import COLOURS, INVERSE, RELATIONS, SHAPES, SIZES
 
@@ -90,12 +90,18 @@ class Scene:
 
 
 def random_scene(rng: random.Random, n_objects: int = 2, related: bool = True,
-                 third_related: Optional[bool] = None, size_prob: float = 0.5) -> Scene:
-    """A random scene of distinct (colour, shape) objects; the first two related if `related`."""
+                 third_related: Optional[bool] = None, size_prob: float = 0.5,
+                 bindings: Optional[Sequence[tuple[str, str]]] = None) -> Scene:
+    """A random scene of distinct (colour, shape) objects; the first two related if `related`.
+    `bindings`: the (colour, shape) pairs its objects are drawn from (None: any colour, any shape)."""
     objs: list[Obj] = []
     while len(objs) < n_objects:
         size = rng.choice(SIZES) if rng.random() < size_prob else None
-        o = Obj(rng.choice(SHAPES), rng.choice(tuple(COLOURS)), size)
+        if bindings is None:
+            o = Obj(rng.choice(SHAPES), rng.choice(tuple(COLOURS)), size)
+        else:
+            colour, shape = rng.choice(bindings)
+            o = Obj(shape, colour, size)
         if all(o.binding != p.binding for p in objs):
             objs.append(o)
     rels: list[Rel] = []

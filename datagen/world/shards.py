@@ -15,6 +15,10 @@ captions state a left/right relation: exactly `round(fraction * n)` samples, cho
 are scenes whose first relation is left/right (their caption states it, true from the viewer's
 side, as every world caption is), and every other sample states no left/right relation (above /
 below or none). Without it (None) about half the captions state one, as the world always did.
+
+`object_pool` (K) draws every scene's objects from K training bindings (colour, shape) chosen by
+the seed (`object_pool_bindings`), so that scenes of the same objects, in either arrangement, meet
+in ordinary batches; negatives and generated partners may still name other objects.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from PIL import ImageOps
 
@@ -36,6 +40,7 @@ from compclip.datagen.world.layout import Layout, PlacementError, place, satisfi
 from compclip.datagen.world.render import draw_layout, encode
 from compclip.datagen.world.scene import Scene, random_scene
 from compclip.datagen.world.splits import Split
+from compclip.datagen.world.vocab import COLOURS, SHAPES
 
 SOURCE = "world"
 PARTNERS = ("generated", "mirrored")
@@ -55,13 +60,29 @@ def states_leftright(scene: Scene) -> bool:
     return any(r.relation in ("left", "right") for r in scene.relations)
 
 
+MAX_SCENE_TRIES = 100_000
+
+
+def object_pool_bindings(seed: int, k: int, split: Split) -> tuple[tuple[str, str], ...]:
+    """The `k` (colour, shape) bindings a world of `seed` draws its training scenes from with
+    `object_pool`: chosen by the seed among the bindings the split does not hold out."""
+    allowed = [(c, s) for c in COLOURS for s in SHAPES if (c, s) not in split.bindings]
+    if not 3 <= k <= len(allowed):
+        raise ValueError(f"object_pool {k}: between 3 (a scene has up to 3 objects) and "
+                         f"{len(allowed)} (the bindings training may show)")
+    return tuple(random.Random(f"world-pool:{seed}").sample(allowed, k))
+
+
 def train_scene(rng: random.Random, split: Split, size: int, horizontal: bool = False,
-                no_leftright: bool = False) -> tuple[Scene, Layout]:
+                no_leftright: bool = False,
+                bindings: Optional[Sequence[tuple[str, str]]] = None) -> tuple[Scene, Layout]:
     """A training scene and layout with no held-out composition in caption, image or mirror;
-    `horizontal`: its first relation is left/right; `no_leftright`: it states no left/right."""
-    while True:
+    `horizontal`: its first relation is left/right; `no_leftright`: it states no left/right;
+    `bindings`: the objects it may hold (None: any)."""
+    for _ in range(MAX_SCENE_TRIES):
         n = 3 if rng.random() < 0.2 else 2
-        scene = random_scene(rng, n_objects=n, related=horizontal or rng.random() < 0.85)
+        scene = random_scene(rng, n_objects=n, related=horizontal or rng.random() < 0.85,
+                             bindings=bindings)
         if horizontal and scene.relations[0].relation not in ("left", "right"):
             continue
         if no_leftright and states_leftright(scene):
@@ -71,15 +92,19 @@ def train_scene(rng: random.Random, split: Split, size: int, horizontal: bool = 
         layout = place(scene, size, rng)
         if not split.image_heldout(layout):
             return scene, layout
+    raise ValueError(f"no training scene in {MAX_SCENE_TRIES} tries from the objects {list(bindings or [])} "
+                     f"(horizontal={horizontal}): every one states or shows a held-out composition")
 
 
 def make_sample(i: int, seed: int, split: Split, size: int = 64, with_negatives: bool = False,
-                partner: Optional[str] = None, leftright: Optional[bool] = None) -> ShardSample:
+                partner: Optional[str] = None, leftright: Optional[bool] = None,
+                bindings: Optional[Sequence[tuple[str, str]]] = None) -> ShardSample:
     """Training sample `i`, from its own seed alone. `leftright`: True, a scene that states a
-    left/right relation; False, one that states none; None, either (the world's own mix)."""
+    left/right relation; False, one that states none; None, either (the world's own mix).
+    `bindings`: the objects its scene may hold (None: any)."""
     rng = random.Random(f"world-train:{seed}:{i}")
     scene, layout = train_scene(rng, split, size, horizontal=partner == "mirrored" or leftright is True,
-                                no_leftright=leftright is False)
+                                no_leftright=leftright is False, bindings=bindings)
     image = draw_layout(layout, rng)
     style = random_style(rng)
     caption = describe(scene, style)
@@ -126,7 +151,7 @@ def leftright_samples(n: int, seed: int, fraction: float) -> set[int]:
 def write_train_set(out_dir: str | Path, n: int, seed: int, split: Split, size: int = 64,
                     with_negatives: bool = False, partner: Optional[str] = None,
                     shard_size: int = 1000, progress: bool = True,
-                    leftright_fraction: Optional[float] = None) -> dict:
+                    leftright_fraction: Optional[float] = None, object_pool: Optional[int] = None) -> dict:
     """Write (or resume) a training shard set of `n` samples; returns the manifest."""
     out_dir = Path(out_dir)
     features = {"negatives": bool(with_negatives or partner == "generated"),
@@ -138,6 +163,10 @@ def write_train_set(out_dir: str | Path, n: int, seed: int, split: Split, size: 
                              f"for a set without partners (not '{partner}')")
         features["leftright_fraction"] = leftright_fraction
         lr_set = leftright_samples(n, seed, leftright_fraction)
+    bindings = None
+    if object_pool is not None:
+        bindings = object_pool_bindings(seed, object_pool, split)
+        features["object_pool"] = [list(b) for b in bindings]
     if (out_dir / "manifest.json").is_file():
         manifest = read_manifest(out_dir)
         if manifest.get("complete") and manifest.get("features") == features \
@@ -151,7 +180,7 @@ def write_train_set(out_dir: str | Path, n: int, seed: int, split: Split, size: 
         for position in range(start, n):
             i = int(perm[position])
             sample = make_sample(i, seed, split, size, with_negatives, partner,
-                                 None if lr_set is None else i in lr_set)
+                                 None if lr_set is None else i in lr_set, bindings)
             if partner and sample.partner is None:
                 writer.skip("no renderable partner")
             else:
