@@ -213,6 +213,23 @@ def test_object_pool_draws_every_training_scene_from_k_bindings_the_split_allows
             assert {o.binding for o in parse(caption).objects} <= set(pool), caption
 
 
+def test_object_pool_changes_the_training_sets_only(world, tmp_path):
+    """Benchmarks and object bank are byte-identical to the same build without the option."""
+    out, _ = world
+    pooled = tmp_path / "pooled"
+    build(pooled, seed=3, train_size=TRAIN, size=64, negatives=True, partners="all", bench_scale=SCALE,
+          shard_size=50, progress=False, object_pool=6)
+    for folder in ("benchmarks", "object_bank"):
+        files = sorted(p.relative_to(out) for p in (out / folder).rglob("*") if p.is_file())
+        assert files and files == sorted(p.relative_to(pooled) for p in (pooled / folder).rglob("*") if p.is_file())
+        assert all((out / f).read_bytes() == (pooled / f).read_bytes() for f in files)
+    pool = {tuple(b) for b in json.loads((pooled / "train" / "manifest.json").read_text())["features"]["object_pool"]}
+    for name in ("train", "train_mirrored", "train_generated"):
+        assert all({o.binding for o in parse(s.caption).objects} <= pool for s in _samples(pooled / name))
+    options = json.loads((pooled / "build_options.json").read_text())["options"]
+    assert options["--object-pool"] == 6
+
+
 def test_object_pool_bad_values_are_refused(tmp_path, capsys):
     for k in ("2", "31"):
         assert main(["build", "--out", str(tmp_path / "w"), "--object-pool", k, "--quiet"]) == 2

@@ -92,7 +92,8 @@ def train_scene(rng: random.Random, split: Split, size: int, horizontal: bool = 
         layout = place(scene, size, rng)
         if not split.image_heldout(layout):
             return scene, layout
-    raise ValueError(f"no training scene in {MAX_SCENE_TRIES} tries from the objects {list(bindings or [])} "
+    objects = f"the objects {list(bindings)}" if bindings else "any objects"
+    raise ValueError(f"no training scene in {MAX_SCENE_TRIES} tries from {objects} "
                      f"(horizontal={horizontal}): every one states or shows a held-out composition")
 
 
