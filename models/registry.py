@@ -29,8 +29,9 @@ def minilm_folder() -> Optional[Path]:
     return folder if (folder / "config.json").is_file() else None
 
 
+MINILM_FOLDER = minilm_folder()
 TINY_ARCHS = tuple(sorted([p.stem for p in CONFIG_DIR.glob("*.json")]
-                          + ([MINILM_ARCH] if minilm_folder() else [])))
+                          + ([MINILM_ARCH] if MINILM_FOLDER else [])))
 
 
 def minilm_config(folder: Path) -> dict:
@@ -45,9 +46,8 @@ def minilm_config(folder: Path) -> dict:
 def register_tiny_archs() -> tuple[str, ...]:
     if not set(TINY_ARCHS) <= set(open_clip.list_models()):
         open_clip.add_model_config(CONFIG_DIR)
-        folder = minilm_folder()
-        if folder is not None:  # open_clip reads configs from files only; its registry is a dict
-            open_clip.factory._MODEL_CONFIGS[MINILM_ARCH] = minilm_config(folder)
+        if MINILM_FOLDER is not None:  # open_clip reads configs from files only; its registry is a dict
+            open_clip.factory._MODEL_CONFIGS[MINILM_ARCH] = minilm_config(MINILM_FOLDER)
     return TINY_ARCHS
 
 

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from compclip.cli import InputError, add_subparsers, make_parser, rename, run
+from compclip.datagen.world.vocab import COLOURS, SHAPES
 
 DEFAULT_TRAIN_SIZE = 4000
 DEFAULT_SIZE = 64
@@ -37,7 +38,8 @@ MIN_SIZE = 16
 PARTNER_CHOICES = ("generated", "mirrored", "all", "none")
 SUMMARY = "world.json"  # written when the build is done
 OPTIONS = "build_options.json"  # the options that change the output, written when it starts
-MIN_POOL, MAX_POOL = 3, 30  # --object-pool: 6 colours x 6 shapes, less the 6 held-out bindings
+MIN_POOL = 3  # --object-pool: a scene holds up to 3 objects
+MAX_POOL = len(COLOURS) * len(SHAPES) - min(len(COLOURS), len(SHAPES))  # less the held-out bindings (splits.py)
 
 
 def build_options(seed: int, train_size: int, size: int, negatives: bool, partners: str,
