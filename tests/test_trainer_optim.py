@@ -73,3 +73,34 @@ def test_optimizer_implementations_take_the_same_step(micro_model):
 def test_unknown_optimizer_implementation_is_refused():
     with pytest.raises(ValueError):
         OptimConfig(lr=1e-3, implementation="fast")
+
+
+def test_without_text_lr_every_parameter_has_one_lr_in_two_groups(micro_model):
+    opt = build_optimizer(micro_model.model, OptimConfig(lr=1e-3, weight_decay=0.1))
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.0, 0.1]
+    assert {g["lr"] for g in opt.param_groups} == {1e-3}
+
+
+def test_text_lr_gives_the_text_tower_its_own_lr_and_keeps_the_decay_rule(micro_model):
+    """`optim.text_lr`: every parameter outside `visual.*` but the logit scale takes it; each
+    parameter keeps the weight decay open_clip's rule gives it; the schedule scales both lrs."""
+    from compclip.trainer.optim import build_scheduler, in_text_tower
+    model = micro_model.model
+    opt = build_optimizer(model, OptimConfig(lr=1e-3, weight_decay=0.1, text_lr=1e-5))
+    names = {id(p): n for n, p in model.named_parameters()}
+    lr_of = {names[id(p)]: g["lr"] for g in opt.param_groups for p in g["params"]}
+    assert len(lr_of) == sum(1 for _ in model.parameters())
+    text = {n for n in lr_of if lr_of[n] == 1e-5}
+    assert {"token_embedding.weight", "positional_embedding", "text_projection", "ln_final.weight"} <= text
+    assert not any(n.startswith("visual.") or n == "logit_scale" for n in text)
+    assert text == {n for n in lr_of if in_text_tower(n)}
+    assert _groups(model, text_lr=1e-5) == _groups(model)  # the same decay split as without it
+    sched = build_scheduler(opt, 10, ScheduleConfig(epochs=1, warmup_steps=2))
+    assert sorted({g["lr"] for g in opt.param_groups}) == [0.5e-5, 0.5e-3]  # warmup step 0: factor 1/2
+    opt.step(), sched.step()
+    assert sorted({g["lr"] for g in opt.param_groups}) == [1e-5, 1e-3]
+
+
+def test_text_lr_must_be_positive():
+    with pytest.raises(ValueError, match="text_lr"):
+        OptimConfig(lr=1e-3, text_lr=0.0)

@@ -238,6 +238,16 @@ def test_a_resume_with_changed_training_keys_is_refused_naming_each(copied, caps
     assert sorted(p.name for p in ckpts.glob("step-*.pt")) == ["step-0000004.pt", "step-0000008.pt"]
 
 
+def test_a_resume_that_would_regroup_the_optimiser_is_refused_even_when_changes_are_allowed(copied, capsys):
+    """`optim.text_lr` set where the checkpoint had none: four parameter groups against the saved two."""
+    ckpts, recipe = copied
+    assert run([recipe, "checkpoint.resume=auto", "optim.text_lr=1.0e-4", "checkpoint.allow_recipe_change=true"]) == 2
+    (line,) = errors(capsys)
+    assert line.startswith(f"error: checkpoint.resume: {ckpts / 'step-0000008.pt'}: optim.text_lr null -> 0.0001 "
+                           "changes the optimiser's parameter groups")
+    assert sorted(p.name for p in ckpts.glob("step-*.pt")) == ["step-0000004.pt", "step-0000008.pt"]
+
+
 def test_keys_that_do_not_change_training_may_change_silently(copied, capsys):
     ckpts, recipe = copied
     assert run([recipe, "checkpoint.resume=auto", "schedule.epochs=2", "logging.every_n_steps=3",

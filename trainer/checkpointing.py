@@ -364,6 +364,11 @@ def check_recipe(checkpoint: Path, recipe) -> dict:
                          f"{describe_changes(changes)}; resume with the values it was trained with, set "
                          f"checkpoint.allow_recipe_change=true to continue with the new ones (recorded in the "
                          f"checkpoints' sidecars), or start over with checkpoint.resume=null checkpoint.overwrite=true")
+    old, new = changes.get("optim.text_lr", (None, None))
+    if (old is None) != (new is None):
+        raise InputError(f"checkpoint.resume: {checkpoint}: optim.text_lr {json.dumps(old)} -> {json.dumps(new)} "
+                         f"changes the optimiser's parameter groups, which a resume cannot; start a new run from "
+                         f"its weights (model.pretrained={checkpoint} checkpoint.resume=null)")
     return {key: [old, new] for key, (old, new) in changes.items()}
 
 

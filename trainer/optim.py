@@ -5,7 +5,9 @@ also use): no weight decay on a parameter with fewer than 2 dims or whose name c
 "ln", "bias" or "logit_scale"; decay on everything else, the token and positional embeddings
 included. `optim.exclude_embeddings_from_decay` also exempts every parameter whose name contains
 "embedding" (25.4 M parameters of ViT-B/32; not what the papers did). Frozen parameters are left
-out. The schedule is per optimiser step: linear warmup to `optim.lr` over `warmup_steps`, then
+out. `optim.text_lr` gives the text tower (every parameter outside `visual.*` but the logit scale
+and bias) its own peak learning rate, as four groups; unset, the two groups above. The schedule
+scales every group's peak alike. The schedule is per optimiser step: linear warmup to `optim.lr` over `warmup_steps`, then
 cosine decay to 0 at the last step (or constant).
 
 `optim.implementation` picks torch's AdamW kernel: `auto` the fused one where possible (see
@@ -30,15 +32,24 @@ def no_weight_decay(name: str, param: nn.Parameter, exclude_embeddings: bool = F
     return exempt or (exclude_embeddings and "embedding" in name)
 
 
+def in_text_tower(name: str) -> bool:
+    """A parameter of the text tower: neither the image tower's (`visual.*`) nor the logit scale / bias."""
+    return not name.startswith("visual.") and name not in ("logit_scale", "logit_bias")
+
+
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
-    decay, no_decay = [], []
+    towers = ("all",) if cfg.text_lr is None else ("rest", "text")
+    groups = {(tower, exempt): [] for tower in towers for exempt in (True, False)}
     for name, param in model.named_parameters():
         if param.requires_grad:
-            exempt = no_weight_decay(name, param, cfg.exclude_embeddings_from_decay)
-            (no_decay if exempt else decay).append(param)
-    groups = [{"params": no_decay, "weight_decay": 0.0}, {"params": decay, "weight_decay": cfg.weight_decay}]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=tuple(cfg.betas),
-                             eps=cfg.eps, **kernel_choice(cfg.implementation, decay + no_decay))
+            tower = "all" if cfg.text_lr is None else ("text" if in_text_tower(name) else "rest")
+            groups[tower, no_weight_decay(name, param, cfg.exclude_embeddings_from_decay)].append(param)
+    built = [{"params": params, "weight_decay": 0.0 if exempt else cfg.weight_decay,
+              **({"lr": cfg.text_lr} if tower == "text" else {})}
+             for (tower, exempt), params in groups.items() if params]
+    every = [p for params in groups.values() for p in params]
+    return torch.optim.AdamW(built, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+                             **kernel_choice(cfg.implementation, every))
 
 
 def kernel_choice(implementation: str, params: list[nn.Parameter]) -> dict:

@@ -127,6 +127,7 @@ class OptimConfig(_Section):
     accum_steps: int = Field(default=1, ge=1)
     exclude_embeddings_from_decay: bool = False  # open_clip / NegCLIP / BiVLC decay the embeddings
     implementation: Literal["auto", "foreach", "single"] = "auto"  # AdamW kernel (trainer/optim.py)
+    text_lr: Optional[float] = Field(default=None, gt=0)  # the text tower's peak lr; null: `lr` for every parameter
 
     @model_validator(mode="after")
     def _two_betas(self) -> "OptimConfig":
