@@ -7,8 +7,8 @@ included. `optim.exclude_embeddings_from_decay` also exempts every parameter who
 "embedding" (25.4 M parameters of ViT-B/32; not what the papers did). Frozen parameters are left
 out. `optim.text_lr` gives the text tower (every parameter outside `visual.*` but the logit scale
 and bias) its own peak learning rate, as four groups; unset, the two groups above. The schedule
-scales every group's peak alike. The schedule is per optimiser step: linear warmup to `optim.lr` over `warmup_steps`, then
-cosine decay to 0 at the last step (or constant).
+is per optimiser step and scales every group's peak alike: linear warmup to the peak over
+`warmup_steps`, then cosine decay to 0 at the last step (or constant).
 
 `optim.implementation` picks torch's AdamW kernel: `auto` the fused one where possible (see
 `use_fused`), else torch's choice; `foreach` the multi-tensor one (torch's default on CUDA);
