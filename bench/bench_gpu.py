@@ -140,17 +140,19 @@ def data_only(shards: Path, partner: str, negs: int, args, batches: int) -> dict
     size = size[0] if isinstance(size, (tuple, list)) else size
     composer = Composer(loaded.preprocess_train, loaded.tokenizer, args.gpu_batch, partner, None, negs,
                         draft_size=size)
-    stream = ShardStream(resolve_sources([str(shards)]), None, composer, 0, 0, 1, batches + 4,
+    warm = 2 * max(1, args.gpu_workers)  # every worker past its first batch: started, shuffle buffer full
+    stream = ShardStream(resolve_sources([str(shards)]), None, composer, 0, 0, 1, batches + warm,
                          max(1, args.gpu_workers), 256, 0.01)
     it = iter(make_loader(stream, args.gpu_workers, 0))
-    for _ in range(4):  # workers up, shuffle buffers full
+    for _ in range(warm):
         next(it)
     start = time.perf_counter()
     for _ in range(batches):
         next(it)
     dt = time.perf_counter() - start
     del it
-    return {"anchors_per_s": round(batches * args.gpu_batch / dt, 1), "batches": batches, "workers": args.gpu_workers}
+    return {"anchors_per_s": round(batches * args.gpu_batch / dt, 1), "batches": batches, "warm_batches": warm,
+            "workers": args.gpu_workers}
 
 
 def step_only(args, steps: int) -> dict:

@@ -564,8 +564,14 @@ def section_gpu(r, ev, goals, notes) -> str:
     if prof:
         d, st = prof["data_only"], prof["step_only"]["anchors_per_s"]
         L += ["", "Where the time goes (same command, after the runs): anchors/s of our data path alone "
-              f"({d['plain']['workers']} workers, no model) and of the step alone (bf16 forward + backward + AdamW "
-              "on random batches, COCO caption lengths, no data loading); a run is bounded by the smaller.", ""]
+              f"({d['plain']['workers']} workers, no model, {d['plain']['batches']} batches timed after "
+              f"{d['plain'].get('warm_batches', 4)}) and of the step alone (bf16 forward + backward + AdamW "
+              "on random batches, COCO caption lengths, no data loading); a steady run is bounded by the smaller.", ""]
+        if d["negclip"]["anchors_per_s"] < neg["samples_per_s"]["median"]:
+            why = (" (fewer warm-up batches than workers: its window held workers' first batches)"
+                   if d["negclip"].get("warm_batches", 4) < d["negclip"]["workers"] else "")
+            L += [f"The NegCLIP-style run itself was faster than its data path alone: the probe under-reads the "
+                  f"data path here{why}.", ""]
         L.append(markdown_table(["shape", "data path alone", "step alone, fused AdamW", "step alone, foreach AdamW"],
                                 [["plain", fmt_num(d["plain"]["anchors_per_s"]), fmt_num(st["plain_auto"]),
                                   fmt_num(st["plain_foreach"])],

@@ -250,6 +250,27 @@ def test_run_all_records_the_gpu_rows_as_not_run_without_cuda(monkeypatch, tmp_p
     assert (tmp_path / "R.md").read_text().count("| not run: no CUDA device") == 2
 
 
+def test_report_gpu_says_when_the_data_probe_under_reads_the_run():
+    """The recorded GPU JSON, and copies whose data probe reads above / below the run."""
+    import copy
+    from pathlib import Path
+
+    from bench.run_all import section_gpu
+    r = json.loads((Path(__file__).parents[1] / "bench/results/gpu.json").read_text())
+    run = r["ours_negclip"]["samples_per_s"]["median"]
+    for probe, warm, expect in ((run / 2, 4, "fewer warm-up batches than workers"), (run / 2, 24, "under-reads"),
+                                (run * 2, 24, None)):
+        rr = copy.deepcopy(r)
+        d = rr["profile"]["data_only"]
+        for shape in d.values():
+            shape["warm_batches"] = warm
+        d["negclip"]["anchors_per_s"] = probe
+        text = section_gpu(rr, None, [], [])
+        assert f"timed after {warm})" in text
+        assert ("under-reads" in text) == (expect is not None)
+        assert ("fewer warm-up" in text) == (expect == "fewer warm-up batches than workers")
+
+
 # --- run_all's scale section (issue 37; synthetic numbers: rendering only) ---------------------------
 
 def test_report_scale_shows_every_row_and_states_the_flags():
