@@ -11,7 +11,8 @@ samples of `world/train_mirrored` (cos(caption, mirrored caption), partner accur
 shards of DIR/train: the share of captions that state a left/right relation, and the share of
 anchors whose random batch of 64 holds a scene of the same objects with the relation the other way
 round (`mirrored_in_batch`). `--object-pool K` builds every world with `--object-pool K` (its
-scenes hold only K colour-shape bindings; rows `F/pool K`). Work goes to
+scenes hold only K colour-shape bindings; rows `F/pool K`), `--fixed-order` with `--fixed-order`
+(left/right captions name their objects in one fixed order; rows `.../fixed order`). Work goes to
 `--out` (a step whose output is there is not run again); the table to
 bench/results/leftright_base.json and .md, rewritten after each fraction. Not part of
 bench/run_all.py: each fraction trains a base model (minutes).
@@ -99,6 +100,7 @@ def one_fraction(fraction: str, args: argparse.Namespace) -> dict:
     if not (world / "world.json").is_file():
         extra = [] if fraction == "default" else ["--leftright-fraction", fraction]
         extra += [] if args.object_pool is None else ["--object-pool", str(args.object_pool)]
+        extra += ["--fixed-order"] if args.fixed_order else []
         row["world_s"] = run([sys.executable, "-m", "compclip.datagen", "world", "build", "--out", str(world),
                               "--seed", str(args.seed), "--partners", "mirrored", "--quiet", *extra],
                              out / "world.log", args.threads)
@@ -120,11 +122,21 @@ def one_fraction(fraction: str, args: argparse.Namespace) -> dict:
 
 
 def row_key(fraction: str, args: argparse.Namespace) -> str:
-    return fraction if args.object_pool is None else f"{fraction}/pool {args.object_pool}"
+    """'F', then '/pool K' with --object-pool K, then '/fixed order' with --fixed-order."""
+    return "/".join([fraction] + ([f"pool {args.object_pool}"] if args.object_pool is not None else [])
+                    + (["fixed order"] if args.fixed_order else []))
+
+
+def row_order(key: str) -> tuple:
+    """Rows by fraction ('default' first), then pool size, then fixed order last."""
+    fraction, *rest = key.split("/")
+    pool = next((int(r.split()[1]) for r in rest if r.startswith("pool ")), 0)
+    return (-1.0 if fraction == "default" else float(fraction), pool, "fixed order" in rest)
 
 
 def work_dir(fraction: str, args: argparse.Namespace) -> Path:
-    return Path(args.out) / ("f-" + row_key(fraction, args).replace("/pool ", "-pool-"))
+    name = row_key(fraction, args).replace("/pool ", "-pool-").replace("/fixed order", "-fixed")
+    return Path(args.out) / f"f-{name}"
 
 
 def last_checkpoint(run_dir: Path) -> Path:
@@ -205,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--override", nargs="*", default=[], help="extra key=value for demo_pretrain")
     parser.add_argument("--object-pool", type=int, default=None, metavar="K",
                         help="build every world with --object-pool K (rows 'F/pool K')")
+    parser.add_argument("--fixed-order", action="store_true",
+                        help="build every world with --fixed-order (rows '.../fixed order')")
     args = parser.parse_args(argv)
     path = RESULTS_DIR / f"{NAME}.json"
     old = json.loads(path.read_text()) if path.is_file() else {}
@@ -213,10 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python bench/bench_leftright_base.py " + " ".join(argv if argv is not None else sys.argv[1:])
 
     def save() -> None:
-        def order(r: dict) -> tuple:
-            fraction, _, pool = r["fraction"].partition("/pool ")
-            return (-1.0 if fraction == "default" else float(fraction), int(pool or 0))
-        ordered = sorted(rows.values(), key=order)
+        ordered = sorted(rows.values(), key=lambda r: row_order(r["fraction"]))
         write_result(NAME, {"seed": args.seed, "threads": args.threads, "override": args.override,
                             "rows": ordered, "finetunes": tuned})
         (RESULTS_DIR / f"{NAME}.md").write_text(markdown(ordered, tuned, command.strip()))

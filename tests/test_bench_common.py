@@ -307,3 +307,16 @@ def test_report_scale_shows_every_row_and_states_the_flags():
     r["rows"]["negatives"] = row("negatives", "negatives generate, 1 worker", [10.0, 40.0, 160.0], [200.0] * 3)
     r["rows"]["negatives_2w"] = row("negatives", "negatives generate, 2 workers", [8.0, 25.0, 100.0], [200.0] * 3)
     assert "speed of 2 workers over 1 per size: 1.25x / 1.60x / 1.60x." in section_scale(r, [], [])
+
+
+def test_leftright_base_rows_are_keyed_and_ordered_by_their_world_options():
+    import argparse
+
+    from bench.bench_leftright_base import row_key, row_order, work_dir
+    ns = lambda pool, fixed: argparse.Namespace(object_pool=pool, fixed_order=fixed, out="o")  # noqa: E731
+    keys = [row_key(f, ns(p, x)) for f, p, x in
+            (("1", 6, True), ("1", None, False), ("default", None, False), ("1", 6, False), ("0.1", 12, True))]
+    assert keys == ["1/pool 6/fixed order", "1", "default", "1/pool 6", "0.1/pool 12/fixed order"]
+    assert sorted(keys, key=row_order) == ["default", "0.1/pool 12/fixed order", "1", "1/pool 6",
+                                           "1/pool 6/fixed order"]
+    assert work_dir("1", ns(6, True)).name == "f-1-pool-6-fixed"

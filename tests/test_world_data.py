@@ -238,6 +238,41 @@ def test_object_pool_bad_values_are_refused(tmp_path, capsys):
         object_pool_bindings(1, 2, Split.make(1))
 
 
+def test_fixed_order_names_a_left_right_pairs_objects_in_one_order(tmp_path):
+    """A scene and its mirror differ in the relation word only; the first-named object sorts first;
+    the images and scenes are the ones the world draws without the option."""
+    split = Split.make(1)
+    seen_swapped = 0
+    for i in range(60):
+        fixed = make_sample(i, 1, split, partner="mirrored", fixed_order=True)
+        free = make_sample(i, 1, split, partner="mirrored")
+        assert fixed.image == free.image and fixed.meta["scene"] == free.meta["scene"]
+        assert parse(fixed.caption).key() == parse(free.caption).key()
+        flip = {"left": "right", "right": "left"}
+        words, partner = fixed.caption.split(), fixed.partner.caption.split()
+        diff = [(x, y) for x, y in zip(words, partner) if x != y]
+        assert len(words) == len(partner) and len(diff) == 1 and flip[diff[0][0]] == diff[0][1], (i, diff)
+        seen_swapped += fixed.caption != free.caption
+        scene = parse(fixed.caption)
+        rel = scene.relations[0]
+        first, second = scene.objects[rel.subject], scene.objects[rel.object]
+        key = (lambda o: (o.colour, o.shape, o.size or ""))
+        assert key(first) <= key(second), fixed.caption
+    assert 10 < seen_swapped < 50  # about half the captions were worded the other way round
+    manifest = write_train_set(tmp_path, 20, 1, split, leftright_fraction=1, fixed_order=True, shard_size=50,
+                               progress=False)
+    assert manifest["features"]["fixed_order"] is True
+    assert "fixed_order" not in write_train_set(tmp_path / "free", 5, 1, split, progress=False)["features"]
+
+
+def test_fixed_order_is_a_recorded_build_option(tmp_path):
+    assert main(["build", "--out", str(tmp_path / "w"), "--train-size", "6", "--bench-scale", "0.02",
+                 "--fixed-order", "--leftright-fraction", "1", "--quiet"]) == 0
+    assert json.loads((tmp_path / "w" / "build_options.json").read_text())["options"]["--fixed-order"] is True
+    assert main(["build", "--out", str(tmp_path / "w"), "--train-size", "6", "--bench-scale", "0.02",
+                 "--leftright-fraction", "1", "--quiet"]) == 2
+
+
 def test_a_pool_with_no_allowed_scene_is_an_error_naming_its_objects(monkeypatch):
     """Every left/right scene of these objects states or shows a held-out relation."""
     import random

@@ -5,7 +5,9 @@ and every benchmark set.
     DIR/train/                  shard set: images + captions (+ negatives with --negatives;
                                 --leftright-fraction F: that share of its captions state a
                                 left/right relation, the others none; --object-pool K: the
-                                scenes of every training set hold only K bindings)
+                                scenes of every training set hold only K bindings;
+                                --fixed-order: a caption stating left/right names its two
+                                objects in one fixed order)
     DIR/train_generated/        with --partners generated|all: + negatives + generated partners
     DIR/train_mirrored/         with --partners mirrored|all: + mirrored partners
     DIR/object_bank/            single objects (held-out bindings excluded) + backgrounds
@@ -44,16 +46,18 @@ MAX_POOL = len(COLOURS) * len(SHAPES) - min(len(COLOURS), len(SHAPES))  # less t
 
 def build_options(seed: int, train_size: int, size: int, negatives: bool, partners: str,
                   bench_scale: float, max_count: int, leftright_fraction: float | None = None,
-                  object_pool: int | None = None) -> dict:
+                  object_pool: int | None = None, fixed_order: bool = False) -> dict:
     """The options of `build` that change what it writes, by their command-line names
-    (`--leftright-fraction` and `--object-pool` only when given, so a build without them records
-    what it always did)."""
+    (`--leftright-fraction`, `--object-pool` and `--fixed-order` only when given, so a build
+    without them records what it always did)."""
     options = {"--seed": seed, "--train-size": train_size, "--size": size, "--negatives": negatives,
                "--partners": partners, "--bench-scale": bench_scale, "--max-count": max_count}
     if leftright_fraction is not None:
         options["--leftright-fraction"] = leftright_fraction
     if object_pool is not None:
         options["--object-pool"] = object_pool
+    if fixed_order:
+        options["--fixed-order"] = True
     return options
 
 
@@ -80,11 +84,13 @@ def _check(train_size: int, size: int, partners: str, bench_scale: float, max_co
 def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
           size: int = DEFAULT_SIZE, negatives: bool = False, partners: str = "none",
           bench_scale: float = 1.0, shard_size: int = 1000, progress: bool = True,
-          leftright_fraction: float | None = None, object_pool: int | None = None) -> dict:
+          leftright_fraction: float | None = None, object_pool: int | None = None,
+          fixed_order: bool = False) -> dict:
     """Write everything for one seed under `out`; returns the run summary (also world.json).
     `shard_size`: samples per shard (`--max-count`); `leftright_fraction`: the share of
     DIR/train's captions that state a left/right relation (None: the world's own mix);
-    `object_pool`: the training sets' scenes hold only that many bindings (None: any)."""
+    `object_pool`: the training sets' scenes hold only that many bindings (None: any);
+    `fixed_order`: the training sets' left/right captions name their objects in one fixed order."""
     _check(train_size, size, partners, bench_scale, shard_size, leftright_fraction, object_pool)
     from compclip.datagen.outlock import hold
     from compclip.shardset.shards import pin_options
@@ -96,7 +102,7 @@ def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
     with hold(out):  # one writer at a time in `out`, released however the build ends
         options = pin_options(out, build_options(seed, train_size, size, negatives, partners,
                                                  bench_scale, shard_size, leftright_fraction,
-                                                 object_pool), OPTIONS)
+                                                 object_pool, fixed_order), OPTIONS)
         kinds = list(PARTNERS) if partners == "all" else [] if partners == "none" else [partners]
         split = Split.make(seed)
         split.save(out, seed=seed)
@@ -121,7 +127,7 @@ def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
                 out / name, train_size, seed, split, size, with_negatives=negatives,
                 partner=kind, shard_size=shard_size, progress=progress,
                 leftright_fraction=leftright_fraction if kind is None else None,
-                object_pool=object_pool))
+                object_pool=object_pool, fixed_order=fixed_order))
             summary["sets"][name] = sum(s["samples"] for s in manifest["shards"])
         bank = timed("object_bank", lambda: write_object_bank(
             out / "object_bank", size=size, seed=seed, exclude=split.bindings))
@@ -158,6 +164,10 @@ def build_parser(prog: str = "python -m datagen world"):
                    help=f"the scenes of every training set hold only K colour-shape bindings ({MIN_POOL}-{MAX_POOL}), "
                         "chosen by the seed, so scenes of the same objects meet in ordinary batches; "
                         "benchmarks and object bank unchanged")
+    b.add_argument("--fixed-order", action="store_true",
+                   help="every training caption that states a left/right relation names its two objects "
+                        "in one fixed order (by colour, then shape), so the relation word alone tells a "
+                        "scene from its mirror image; default: either order, drawn per caption")
     count = b.add_argument("--max-count", type=int, default=1000, help="samples per tar shard")
     rename(b, "--shard-size", count)
     b.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -191,7 +201,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m datagen world") -
         def work() -> int:
             summary = build(args.out, args.seed, args.train_size, args.size, args.negatives,
                             args.partners, args.bench_scale, args.max_count, progress=not args.quiet,
-                            leftright_fraction=args.leftright_fraction, object_pool=args.object_pool)
+                            leftright_fraction=args.leftright_fraction, object_pool=args.object_pool,
+                            fixed_order=args.fixed_order)
             print(json.dumps(summary, indent=1))  # results on stdout (docs/cli.md)
             return 0
         return run(work)

@@ -109,6 +109,12 @@ def _clauses(scene: Scene) -> list[tuple[int, Rel | None]]:
     return plan
 
 
+def first_relation(scene: Scene) -> Rel | None:
+    """The relation the caption's first clause states (between objects 0 and 1), if any."""
+    plan = _clauses(scene)
+    return plan[0][1] if plan else None
+
+
 def describe(scene: Scene, style: Style = Style()) -> str:
     """The caption of `scene` in `style`."""
     if not scene.objects:

@@ -19,13 +19,19 @@ below or none). Without it (None) about half the captions state one, as the worl
 `object_pool` (K) draws every scene's objects from K training bindings (colour, shape) chosen by
 the seed (`object_pool_bindings`), so that scenes of the same objects, in either arrangement, meet
 in ordinary batches; negatives and generated partners may still name other objects.
+
+`fixed_order` words every caption whose first clause states a left/right relation with its two
+objects in one fixed order (`fixed_order_style`: by colour, shape, size), so that a scene and its
+mirror image are captioned "A left of B" / "A right of B": the relation word alone tells them
+apart. Without it each caption's argument order is drawn with its style ("A left of B" or
+"B right of A"), as the world always did.
 """
 from __future__ import annotations
 
 import random
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -35,7 +41,7 @@ from compclip.shardset.order import permutation, shuffled_order
 from compclip.shardset.schema import Negative, Partner, ShardSample
 from compclip.shardset.shards import ShardSetWriter, read_manifest
 from compclip.datagen.world.edits import mirror_scene, negatives as make_negatives
-from compclip.datagen.world.grammar import describe, random_style
+from compclip.datagen.world.grammar import Style, describe, first_relation, random_style
 from compclip.datagen.world.layout import Layout, PlacementError, place, satisfies
 from compclip.datagen.world.render import draw_layout, encode
 from compclip.datagen.world.scene import Scene, random_scene
@@ -97,17 +103,31 @@ def train_scene(rng: random.Random, split: Split, size: int, horizontal: bool = 
                      f"(horizontal={horizontal}): every one states or shows a held-out composition")
 
 
+def fixed_order_style(scene: Scene, style: Style) -> Style:
+    """`style` with the argument order that names first the object of the first clause's
+    left/right relation that sorts first by (colour, shape, size); other scenes keep `style`."""
+    rel = first_relation(scene)
+    if rel is None or rel.relation not in ("left", "right"):
+        return style
+    subject, obj = (scene.objects[k] for k in (rel.subject, rel.object))
+    order = (lambda o: (o.colour, o.shape, o.size or ""))
+    return replace(style, inverse=order(obj) < order(subject))
+
+
 def make_sample(i: int, seed: int, split: Split, size: int = 64, with_negatives: bool = False,
                 partner: Optional[str] = None, leftright: Optional[bool] = None,
-                bindings: Optional[Sequence[tuple[str, str]]] = None) -> ShardSample:
+                bindings: Optional[Sequence[tuple[str, str]]] = None, fixed_order: bool = False) -> ShardSample:
     """Training sample `i`, from its own seed alone. `leftright`: True, a scene that states a
     left/right relation; False, one that states none; None, either (the world's own mix).
-    `bindings`: the objects its scene may hold (None: any)."""
+    `bindings`: the objects its scene may hold (None: any); `fixed_order`: its caption names a
+    left/right relation's objects in the fixed order (`fixed_order_style`)."""
     rng = random.Random(f"world-train:{seed}:{i}")
     scene, layout = train_scene(rng, split, size, horizontal=partner == "mirrored" or leftright is True,
                                 no_leftright=leftright is False, bindings=bindings)
     image = draw_layout(layout, rng)
     style = random_style(rng)
+    if fixed_order:
+        style = fixed_order_style(scene, style)
     caption = describe(scene, style)
     meta = {"source": SOURCE, "image_id": f"{seed}-{i}", "split": "train", "seed": seed,
             "scene": scene_json(scene), "layout": layout_json(layout), "style": asdict(style)}
@@ -152,7 +172,8 @@ def leftright_samples(n: int, seed: int, fraction: float) -> set[int]:
 def write_train_set(out_dir: str | Path, n: int, seed: int, split: Split, size: int = 64,
                     with_negatives: bool = False, partner: Optional[str] = None,
                     shard_size: int = 1000, progress: bool = True,
-                    leftright_fraction: Optional[float] = None, object_pool: Optional[int] = None) -> dict:
+                    leftright_fraction: Optional[float] = None, object_pool: Optional[int] = None,
+                    fixed_order: bool = False) -> dict:
     """Write (or resume) a training shard set of `n` samples; returns the manifest."""
     out_dir = Path(out_dir)
     features = {"negatives": bool(with_negatives or partner == "generated"),
@@ -168,6 +189,8 @@ def write_train_set(out_dir: str | Path, n: int, seed: int, split: Split, size: 
     if object_pool is not None:
         bindings = object_pool_bindings(seed, object_pool, split)
         features["object_pool"] = [list(b) for b in bindings]
+    if fixed_order:
+        features["fixed_order"] = True
     if (out_dir / "manifest.json").is_file():
         manifest = read_manifest(out_dir)
         if manifest.get("complete") and manifest.get("features") == features \
@@ -181,7 +204,7 @@ def write_train_set(out_dir: str | Path, n: int, seed: int, split: Split, size: 
         for position in range(start, n):
             i = int(perm[position])
             sample = make_sample(i, seed, split, size, with_negatives, partner,
-                                 None if lr_set is None else i in lr_set, bindings)
+                                 None if lr_set is None else i in lr_set, bindings, fixed_order)
             if partner and sample.partner is None:
                 writer.skip("no renderable partner")
             else:
