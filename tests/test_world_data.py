@@ -238,6 +238,34 @@ def test_object_pool_bad_values_are_refused(tmp_path, capsys):
         object_pool_bindings(1, 2, Split.make(1))
 
 
+def test_pool_per_shard_gives_each_shard_its_own_k_bindings(tmp_path):
+    split = Split.make(1)
+    manifest = write_train_set(tmp_path, 30, 1, split, partner="mirrored", object_pool=4, pool_per_shard=True,
+                               shard_size=10, progress=False)
+    pools = [[tuple(b) for b in pool] for pool in manifest["features"]["object_pool"]]
+    assert manifest["features"]["pool_per_shard"] is True
+    assert pools == [list(object_pool_bindings(1, 4, split, shard)) for shard in range(3)]
+    assert len({frozenset(p) for p in pools}) == 3 and not set().union(*pools) & split.bindings
+    for shard, url in enumerate(shard_urls(tmp_path)):
+        samples = [ShardSample.from_wds(raw) for raw in iter_raw_samples(url)]
+        assert len(samples) == 10
+        for s in samples:
+            for caption in (s.caption, s.partner.caption):
+                assert {o.binding for o in parse(caption).objects} <= set(pools[shard]), (shard, caption)
+    with pytest.raises(ValueError, match="pool_per_shard needs object_pool"):
+        write_train_set(tmp_path / "x", 5, 1, split, pool_per_shard=True, progress=False)
+
+
+def test_pool_per_shard_is_a_recorded_build_option_that_needs_a_pool(tmp_path, capsys):
+    args = ["build", "--out", str(tmp_path / "w"), "--train-size", "6", "--bench-scale", "0.02", "--quiet"]
+    assert main(args + ["--pool-per-shard"]) == 2
+    assert "--pool-per-shard: give --object-pool K too" in capsys.readouterr().err
+    assert main(args + ["--object-pool", "5", "--pool-per-shard", "--max-count", "3"]) == 0
+    assert json.loads((tmp_path / "w" / "build_options.json").read_text())["options"]["--pool-per-shard"] is True
+    assert len(json.loads((tmp_path / "w" / "train" / "manifest.json").read_text())["features"]["object_pool"]) == 2
+    assert main(args + ["--object-pool", "5", "--max-count", "3"]) == 2
+
+
 def test_fixed_order_names_a_left_right_pairs_objects_in_one_order(tmp_path):
     """A scene and its mirror differ in the relation word only; the first-named object sorts first;
     the images and scenes are the ones the world draws without the option."""
@@ -263,6 +291,33 @@ def test_fixed_order_names_a_left_right_pairs_objects_in_one_order(tmp_path):
                                progress=False)
     assert manifest["features"]["fixed_order"] is True
     assert "fixed_order" not in write_train_set(tmp_path / "free", 5, 1, split, progress=False)["features"]
+
+
+def test_mirrored_order_drawn_words_some_pairs_by_argument_order_only(tmp_path):
+    """Same images, scenes and anchor captions as `same`; the partner still states the mirrored
+    scene; with `same` a pair always differs in the relation word, with `drawn` about half the
+    two-object pairs differ in argument order only (same words)."""
+    split = Split.make(1)
+    order_only = {"same": 0, "drawn": 0}
+    for i in range(80):
+        same = make_sample(i, 1, split, partner="mirrored", fixed_order=True)
+        drawn = make_sample(i, 1, split, partner="mirrored", fixed_order=True, mirrored_order="drawn")
+        assert (drawn.image, drawn.caption, drawn.partner.image) == (same.image, same.caption, same.partner.image)
+        assert parse(drawn.partner.caption).same_as(mirror_scene(parse(drawn.caption)))
+        for name, sample in (("same", same), ("drawn", drawn)):
+            a, b = sample.caption.split(), sample.partner.caption.split()
+            order_only[name] += len(parse(sample.caption).objects) == 2 and a != b and sorted(a) == sorted(b)
+    assert order_only["same"] == 0 and 15 < order_only["drawn"] < 50, order_only
+    with pytest.raises(ValueError, match="unknown mirrored_order 'x'"):
+        make_sample(0, 1, split, partner="mirrored", mirrored_order="x")
+    args = ["build", "--out", str(tmp_path / "w"), "--train-size", "6", "--bench-scale", "0.02", "--quiet",
+            "--partners", "mirrored"]
+    assert main(args + ["--mirrored-order", "drawn"]) == 0
+    assert json.loads((tmp_path / "w" / "build_options.json").read_text())["options"]["--mirrored-order"] == "drawn"
+    features = {name: json.loads((tmp_path / "w" / name / "manifest.json").read_text())["features"]
+                for name in ("train", "train_mirrored")}
+    assert features["train_mirrored"]["mirrored_order"] == "drawn" and "mirrored_order" not in features["train"]
+    assert main(args) == 2  # another value of a recorded option
 
 
 def test_fixed_order_is_a_recorded_build_option(tmp_path):

@@ -6,10 +6,12 @@ and every benchmark set.
                                 --leftright-fraction F: that share of its captions state a
                                 left/right relation, the others none; --object-pool K: the
                                 scenes of every training set hold only K bindings;
+                                --pool-per-shard: K bindings of their own per shard;
                                 --fixed-order: a caption stating left/right names its two
                                 objects in one fixed order)
     DIR/train_generated/        with --partners generated|all: + negatives + generated partners
-    DIR/train_mirrored/         with --partners mirrored|all: + mirrored partners
+    DIR/train_mirrored/         with --partners mirrored|all: + mirrored partners (their captions
+                                keep the anchor's argument order; --mirrored-order drawn: a coin)
     DIR/object_bank/            single objects (held-out bindings excluded) + backgrounds
     DIR/benchmarks/             VISLA, SugarCrepe, SugarCrepe++, BiVLC, ARO (benchmarks.py)
     DIR/world.json              the arguments, counts and timings of the run (when done)
@@ -46,23 +48,31 @@ MAX_POOL = len(COLOURS) * len(SHAPES) - min(len(COLOURS), len(SHAPES))  # less t
 
 def build_options(seed: int, train_size: int, size: int, negatives: bool, partners: str,
                   bench_scale: float, max_count: int, leftright_fraction: float | None = None,
-                  object_pool: int | None = None, fixed_order: bool = False) -> dict:
+                  object_pool: int | None = None, fixed_order: bool = False,
+                  pool_per_shard: bool = False, mirrored_order: str = "same") -> dict:
     """The options of `build` that change what it writes, by their command-line names
-    (`--leftright-fraction`, `--object-pool` and `--fixed-order` only when given, so a build
-    without them records what it always did)."""
+    (`--leftright-fraction`, `--object-pool`, `--pool-per-shard`, `--fixed-order` and
+    `--mirrored-order` only when given, so a build without them records what it always did)."""
     options = {"--seed": seed, "--train-size": train_size, "--size": size, "--negatives": negatives,
                "--partners": partners, "--bench-scale": bench_scale, "--max-count": max_count}
     if leftright_fraction is not None:
         options["--leftright-fraction"] = leftright_fraction
     if object_pool is not None:
         options["--object-pool"] = object_pool
+    if pool_per_shard:
+        options["--pool-per-shard"] = True
     if fixed_order:
         options["--fixed-order"] = True
+    if mirrored_order != "same":
+        options["--mirrored-order"] = mirrored_order
     return options
 
 
 def _check(train_size: int, size: int, partners: str, bench_scale: float, max_count: int,
-           leftright_fraction: float | None = None, object_pool: int | None = None) -> None:
+           leftright_fraction: float | None = None, object_pool: int | None = None,
+           pool_per_shard: bool = False) -> None:
+    if pool_per_shard and object_pool is None:
+        raise InputError("--pool-per-shard: give --object-pool K too (the bindings of each shard's scenes)")
     if object_pool is not None and not MIN_POOL <= object_pool <= MAX_POOL:
         raise InputError(f"--object-pool {object_pool}: must be between {MIN_POOL} (a scene holds up "
                          f"to 3 objects) and {MAX_POOL} (the colour-shape bindings training may show)")
@@ -85,13 +95,18 @@ def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
           size: int = DEFAULT_SIZE, negatives: bool = False, partners: str = "none",
           bench_scale: float = 1.0, shard_size: int = 1000, progress: bool = True,
           leftright_fraction: float | None = None, object_pool: int | None = None,
-          fixed_order: bool = False) -> dict:
+          fixed_order: bool = False, pool_per_shard: bool = False,
+          mirrored_order: str = "same") -> dict:
     """Write everything for one seed under `out`; returns the run summary (also world.json).
     `shard_size`: samples per shard (`--max-count`); `leftright_fraction`: the share of
     DIR/train's captions that state a left/right relation (None: the world's own mix);
-    `object_pool`: the training sets' scenes hold only that many bindings (None: any);
-    `fixed_order`: the training sets' left/right captions name their objects in one fixed order."""
-    _check(train_size, size, partners, bench_scale, shard_size, leftright_fraction, object_pool)
+    `object_pool`: the training sets' scenes hold only that many bindings (None: any), the same
+    ones throughout or, with `pool_per_shard`, their own per shard;
+    `fixed_order`: the training sets' left/right captions name their objects in one fixed order;
+    `mirrored_order`: DIR/train_mirrored's partner captions keep the anchor's argument order
+    ("same") or draw it ("drawn")."""
+    _check(train_size, size, partners, bench_scale, shard_size, leftright_fraction, object_pool,
+           pool_per_shard)
     from compclip.datagen.outlock import hold
     from compclip.shardset.shards import pin_options
     from compclip.datagen.world.bank import write_object_bank
@@ -102,7 +117,8 @@ def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
     with hold(out):  # one writer at a time in `out`, released however the build ends
         options = pin_options(out, build_options(seed, train_size, size, negatives, partners,
                                                  bench_scale, shard_size, leftright_fraction,
-                                                 object_pool, fixed_order), OPTIONS)
+                                                 object_pool, fixed_order, pool_per_shard,
+                                                 mirrored_order), OPTIONS)
         kinds = list(PARTNERS) if partners == "all" else [] if partners == "none" else [partners]
         split = Split.make(seed)
         split.save(out, seed=seed)
@@ -127,7 +143,8 @@ def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
                 out / name, train_size, seed, split, size, with_negatives=negatives,
                 partner=kind, shard_size=shard_size, progress=progress,
                 leftright_fraction=leftright_fraction if kind is None else None,
-                object_pool=object_pool, fixed_order=fixed_order))
+                object_pool=object_pool, fixed_order=fixed_order, pool_per_shard=pool_per_shard,
+                mirrored_order=mirrored_order))
             summary["sets"][name] = sum(s["samples"] for s in manifest["shards"])
         bank = timed("object_bank", lambda: write_object_bank(
             out / "object_bank", size=size, seed=seed, exclude=split.bindings))
@@ -164,10 +181,17 @@ def build_parser(prog: str = "python -m datagen world"):
                    help=f"the scenes of every training set hold only K colour-shape bindings ({MIN_POOL}-{MAX_POOL}), "
                         "chosen by the seed, so scenes of the same objects meet in ordinary batches; "
                         "benchmarks and object bank unchanged")
+    b.add_argument("--pool-per-shard", action="store_true",
+                   help="with --object-pool K: each shard's scenes hold K bindings of their own (chosen by "
+                        "the seed and the shard's number), so the pool changes as shards are read")
     b.add_argument("--fixed-order", action="store_true",
                    help="every training caption that states a left/right relation names its two objects "
                         "in one fixed order (by colour, then shape), so the relation word alone tells a "
                         "scene from its mirror image; default: either order, drawn per caption")
+    b.add_argument("--mirrored-order", default="same", choices=("same", "drawn"),
+                   help="DIR/train_mirrored: a partner caption keeps the anchor's argument order (same: the "
+                        "pair differs in the relation word) or draws it with a fair coin (drawn, as the "
+                        "stitched pairs do: about half the pairs differ in argument order only)")
     count = b.add_argument("--max-count", type=int, default=1000, help="samples per tar shard")
     rename(b, "--shard-size", count)
     b.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -202,7 +226,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m datagen world") -
             summary = build(args.out, args.seed, args.train_size, args.size, args.negatives,
                             args.partners, args.bench_scale, args.max_count, progress=not args.quiet,
                             leftright_fraction=args.leftright_fraction, object_pool=args.object_pool,
-                            fixed_order=args.fixed_order)
+                            fixed_order=args.fixed_order, pool_per_shard=args.pool_per_shard,
+                            mirrored_order=args.mirrored_order)
             print(json.dumps(summary, indent=1))  # results on stdout (docs/cli.md)
             return 0
         return run(work)

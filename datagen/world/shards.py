@@ -9,6 +9,10 @@ negatives (edits.py; kind/subkind labelled, true by construction) and a partner:
 `generated` renders one negative caption's scene (`negative_index` points at it; the positive
 caption is false of that image, read exhaustively as the world's captions are written), `mirrored` is the image flipped left-right with the caption of
 the mirrored scene (those sets draw scenes with a left/right relation, so the caption changes).
+A mirrored partner's caption keeps the anchor's argument order (`mirrored_order` "same": the two
+captions differ in the relation word), or draws it with a fair coin ("drawn", as the stitched
+pairs of datagen/images/stitch.py draw each caption's phrasing: about half the pairs then differ in
+argument order only, "A left of B" / "B left of A", the contrast ARO's VG-Relation scores).
 
 `leftright_fraction` (a set without partners, e.g. the pretraining set DIR/train) fixes how many
 captions state a left/right relation: exactly `round(fraction * n)` samples, chosen by the seed,
@@ -18,7 +22,10 @@ below or none). Without it (None) about half the captions state one, as the worl
 
 `object_pool` (K) draws every scene's objects from K training bindings (colour, shape) chosen by
 the seed (`object_pool_bindings`), so that scenes of the same objects, in either arrangement, meet
-in ordinary batches; negatives and generated partners may still name other objects.
+in ordinary batches; negatives and generated partners may still name other objects. With
+`pool_per_shard` each block of `shard_size` positions in write order (a shard, where no sample is
+skipped) draws its own K bindings, seeded by the block's number: a shard holds K bindings and
+the set more, so read shard by shard the pool changes over training.
 
 `fixed_order` words every caption whose first clause states a left/right relation with its two
 objects in one fixed order (`fixed_order_style`: by colour, shape, size), so that a scene and its
@@ -50,6 +57,7 @@ from compclip.datagen.world.vocab import COLOURS, SHAPES
 
 SOURCE = "world"
 PARTNERS = ("generated", "mirrored")
+MIRRORED_ORDERS = ("same", "drawn")
 
 
 def scene_json(scene: Scene) -> dict:
@@ -69,14 +77,17 @@ def states_leftright(scene: Scene) -> bool:
 MAX_SCENE_TRIES = 100_000
 
 
-def object_pool_bindings(seed: int, k: int, split: Split) -> tuple[tuple[str, str], ...]:
+def object_pool_bindings(seed: int, k: int, split: Split,
+                         shard: Optional[int] = None) -> tuple[tuple[str, str], ...]:
     """The `k` (colour, shape) bindings a world of `seed` draws its training scenes from with
-    `object_pool`: chosen by the seed among the bindings the split does not hold out."""
+    `object_pool`: chosen by the seed (and `shard`'s number with `pool_per_shard`) among the
+    bindings the split does not hold out."""
     allowed = [(c, s) for c in COLOURS for s in SHAPES if (c, s) not in split.bindings]
     if not 3 <= k <= len(allowed):
         raise ValueError(f"object_pool {k}: between 3 (a scene has up to 3 objects) and "
                          f"{len(allowed)} (the bindings training may show)")
-    return tuple(random.Random(f"world-pool:{seed}").sample(allowed, k))
+    tag = f"world-pool:{seed}" if shard is None else f"world-pool:{seed}:shard-{shard}"
+    return tuple(random.Random(tag).sample(allowed, k))
 
 
 def train_scene(rng: random.Random, split: Split, size: int, horizontal: bool = False,
@@ -116,11 +127,13 @@ def fixed_order_style(scene: Scene, style: Style) -> Style:
 
 def make_sample(i: int, seed: int, split: Split, size: int = 64, with_negatives: bool = False,
                 partner: Optional[str] = None, leftright: Optional[bool] = None,
-                bindings: Optional[Sequence[tuple[str, str]]] = None, fixed_order: bool = False) -> ShardSample:
+                bindings: Optional[Sequence[tuple[str, str]]] = None, fixed_order: bool = False,
+                mirrored_order: str = "same") -> ShardSample:
     """Training sample `i`, from its own seed alone. `leftright`: True, a scene that states a
     left/right relation; False, one that states none; None, either (the world's own mix).
     `bindings`: the objects its scene may hold (None: any); `fixed_order`: its caption names a
-    left/right relation's objects in the fixed order (`fixed_order_style`)."""
+    left/right relation's objects in the fixed order (`fixed_order_style`); `mirrored_order`: a
+    mirrored partner's caption keeps the anchor's argument order ("same") or draws it ("drawn")."""
     rng = random.Random(f"world-train:{seed}:{i}")
     scene, layout = train_scene(rng, split, size, horizontal=partner == "mirrored" or leftright is True,
                                 no_leftright=leftright is False, bindings=bindings)
@@ -139,8 +152,10 @@ def make_sample(i: int, seed: int, split: Split, size: int = 64, with_negatives:
     if partner == "generated":
         part = _generated_partner(scene, edited, split, size, rng)
     elif partner == "mirrored":
-        mirror = mirror_scene(scene)
-        part = Partner(encode(ImageOps.mirror(image)), describe(mirror, style), "mirrored")
+        if mirrored_order not in MIRRORED_ORDERS:
+            raise ValueError(f"unknown mirrored_order '{mirrored_order}' (one of {MIRRORED_ORDERS})")
+        mirror_style = style if mirrored_order == "same" else replace(style, inverse=rng.random() < 0.5)
+        part = Partner(encode(ImageOps.mirror(image)), describe(mirror_scene(scene), mirror_style), "mirrored")
     elif partner is not None:
         raise ValueError(f"unknown partner kind '{partner}' (one of {PARTNERS})")
     return ShardSample(key=f"{i:08d}", caption=caption, image=encode(image), meta=meta,
@@ -173,7 +188,8 @@ def write_train_set(out_dir: str | Path, n: int, seed: int, split: Split, size: 
                     with_negatives: bool = False, partner: Optional[str] = None,
                     shard_size: int = 1000, progress: bool = True,
                     leftright_fraction: Optional[float] = None, object_pool: Optional[int] = None,
-                    fixed_order: bool = False) -> dict:
+                    fixed_order: bool = False, pool_per_shard: bool = False,
+                    mirrored_order: str = "same") -> dict:
     """Write (or resume) a training shard set of `n` samples; returns the manifest."""
     out_dir = Path(out_dir)
     features = {"negatives": bool(with_negatives or partner == "generated"),
@@ -185,12 +201,21 @@ def write_train_set(out_dir: str | Path, n: int, seed: int, split: Split, size: 
                              f"for a set without partners (not '{partner}')")
         features["leftright_fraction"] = leftright_fraction
         lr_set = leftright_samples(n, seed, leftright_fraction)
-    bindings = None
-    if object_pool is not None:
-        bindings = object_pool_bindings(seed, object_pool, split)
-        features["object_pool"] = [list(b) for b in bindings]
+    pools: list = [None]  # the bindings of each shard's scenes (one entry: the same for all)
+    if pool_per_shard:
+        if object_pool is None:
+            raise ValueError("pool_per_shard needs object_pool (the number of bindings per shard)")
+        pools = [object_pool_bindings(seed, object_pool, split, shard)
+                 for shard in range(-(-n // shard_size))]
+        features["object_pool"] = [[list(b) for b in pool] for pool in pools]
+        features["pool_per_shard"] = True
+    elif object_pool is not None:
+        pools = [object_pool_bindings(seed, object_pool, split)]
+        features["object_pool"] = [list(b) for b in pools[0]]
     if fixed_order:
         features["fixed_order"] = True
+    if mirrored_order != "same" and partner == "mirrored":
+        features["mirrored_order"] = mirrored_order
     if (out_dir / "manifest.json").is_file():
         manifest = read_manifest(out_dir)
         if manifest.get("complete") and manifest.get("features") == features \
@@ -203,8 +228,10 @@ def write_train_set(out_dir: str | Path, n: int, seed: int, split: Split, size: 
     with writer:
         for position in range(start, n):
             i = int(perm[position])
+            bindings = pools[position // shard_size if len(pools) > 1 else 0]
             sample = make_sample(i, seed, split, size, with_negatives, partner,
-                                 None if lr_set is None else i in lr_set, bindings, fixed_order)
+                                 None if lr_set is None else i in lr_set, bindings, fixed_order,
+                                 mirrored_order)
             if partner and sample.partner is None:
                 writer.skip("no renderable partner")
             else:
