@@ -228,7 +228,7 @@ def write_train_set(out_dir: str | Path, n: int, seed: int, split: Split, size: 
     with writer:
         for position in range(start, n):
             i = int(perm[position])
-            bindings = pools[position // shard_size if len(pools) > 1 else 0]
+            bindings = pools[position // shard_size] if pool_per_shard else pools[0]
             sample = make_sample(i, seed, split, size, with_negatives, partner,
                                  None if lr_set is None else i in lr_set, bindings, fixed_order,
                                  mirrored_order)
