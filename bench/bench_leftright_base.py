@@ -190,8 +190,8 @@ def markdown(rows: list[dict], tuned: dict, command: str) -> str:
           f"{r['cos_left_right']:.4f}", f"{r['partner_acc']:.1f} ({r['pairs']})", f"{r['cos_caption_mirrored']:.4f}",
           pct(r["aro_vg_relation"]), f"{pct(r['val_i2t'])} / {pct(r['val_t2i'])}"] for r in rows])
     text = (f"# The demo's base model per share of left/right captions\n\nLast run: `{command}` (rows and "
-            "finetunes of earlier runs are kept; docs/demo.md lists every command)\n\n"
-            "One seed per row, preliminary; accuracies in %. See docs/demo.md (left-right section).\n\n"
+            "finetunes of earlier runs are kept; docs/demo_leftright.md lists every command)\n\n"
+            "One seed per row, preliminary; accuracies in %. See docs/demo_leftright.md.\n\n"
             + table + "\n")
     for fraction, runs in tuned.items():
         text += f"\nFinetunes from the base of --leftright-fraction {fraction}:\n\n" + markdown_table(

@@ -9,7 +9,12 @@ For each seed, everything under `<out>/seed-<s>/`:
    relations), a copy with generated partner images, a set of left/right scenes with their
    mirrored partners (`train_mirrored`), and every benchmark set.
 2. `pretrained.pt`: `recipes/demo_pretrain.yaml`, plain CLIP training from random weights, the
-   stand-in for the pretrained CLIP weights the papers start from.
+   stand-in for the pretrained CLIP weights the papers start from. `--base layout` (docs/demo.md,
+   "The left-right setting"): first `recipes/demo_pretrain_locked.yaml` (the text tower locked,
+   640 steps), then `recipes/demo_pretrain.yaml` for one epoch from its last checkpoint (320
+   steps), on a world whose training scenes hold six bindings, every caption states its
+   left/right relation in one argument order, and each mirrored partner's caption draws its
+   order (`LAYOUT_WORLD`).
 3. `world/train_negclip/`: NegCLIP's data, NegCLIP's own swap negatives (`python -m datagen
    negatives generate --rules negclip --mode all --cap 64 --require-negative`: every swap its
    authors' script can make, captions without one left out as the script did) and the K=3
@@ -64,7 +69,11 @@ EXPECTED_S = {"world": 25.0, "base model": 160.0, "NegCLIP data": 25.0, "start n
 # one finetune's seconds on one thread (two run at a time): split by batch cost, 990 in all
 FINETUNE_S = {"demo_negclip": 330.0, "demo_trohn_img": 230.0, "demo_trohn_text": 170.0,
               "demo_leftright": 140.0, "demo_clip_ft": 120.0}
-TRAIN_SET = {"demo_pretrain": ["train"], "demo_clip_ft": ["train"], "demo_negclip": ["train_negclip"],
+# `--base layout`: the world's training sets and the base of docs/demo_leftright.md's experiments
+# (11) and (13); `--leftright-fraction` given replaces the fraction
+LAYOUT_WORLD = ["--object-pool", "6", "--fixed-order", "--mirrored-order", "drawn", "--leftright-fraction", "1"]
+LOCKED = "demo_pretrain_locked"  # `--base layout`: the base's first stage
+TRAIN_SET = {"demo_pretrain": ["train"], LOCKED: ["train"], "demo_clip_ft": ["train"], "demo_negclip": ["train_negclip"],
              "demo_trohn_text": ["train"], "demo_trohn_img": ["train_generated"],
              "demo_leftright": ["train", "train_mirrored"]}
 # (metric, short name): what the table shows; the papers' claims are about these
@@ -261,7 +270,7 @@ class Seed:
                f"logging.output_dir={self.runs}", "checkpoint.resume=auto",
                f"data.train_shards=[{shards}]",
                f"eval.data_root={self.world / 'benchmarks'}"]
-        if recipe != "demo_pretrain":
+        if recipe not in ("demo_pretrain", LOCKED):
             cmd.append(f"model.pretrained={self.base}")
         if a.arch != DEFAULT_ARCH:
             cmd.append(f"model.arch={a.arch}")
@@ -269,6 +278,10 @@ class Seed:
             cmd.append(f"data.samples_per_epoch={a.samples}")
         if a.epochs:
             cmd.append(f"schedule.epochs={a.epochs}")
+        if recipe == "demo_pretrain" and a.base == "layout":  # the second stage: one epoch from the first
+            from compclip.models.checkpoint import latest_checkpoint
+            first = latest_checkpoint(self.runs / LOCKED / "checkpoints")
+            cmd += ["schedule.epochs=1", f"model.pretrained={first}"]
         return cmd
 
     def done(self, recipe: str) -> bool:
@@ -280,19 +293,28 @@ class Seed:
             return False
         log(f"seed {self.seed}: building the synthetic world")
         self.say("world")
-        self.run("world", [sys.executable, "-m", "compclip.datagen", "world", "build", "--out", str(self.world),
-                           "--seed", str(self.seed), "--negatives", "--partners", "all",
-                           "--bench-scale", str(self.args.bench_scale), "--size", str(self.args.size)]
-                 + ([] if self.args.leftright_fraction is None
-                    else ["--leftright-fraction", str(self.args.leftright_fraction)]), step="world")
+        self.run("world", self.world_cmd(), step="world")
         self.finished("world")
         return True
+
+    def world_cmd(self) -> list[str]:
+        a = self.args
+        cmd = [sys.executable, "-m", "compclip.datagen", "world", "build", "--out", str(self.world),
+               "--seed", str(self.seed), "--negatives", "--partners", "all",
+               "--bench-scale", str(a.bench_scale), "--size", str(a.size)]
+        if a.base == "layout":
+            cmd += LAYOUT_WORLD
+        if a.leftright_fraction is not None:
+            cmd += ["--leftright-fraction", str(a.leftright_fraction)]  # the last one given wins
+        return cmd
 
     def pretrain(self) -> bool:
         if self.base.is_file():
             return False
         log(f"seed {self.seed}: training the base model (stand-in for pretrained CLIP weights)")
         self.say("base model")
+        if self.args.base == "layout" and not self.done(LOCKED):
+            self.run(LOCKED, self.train_cmd(LOCKED), step="base model")
         self.run("demo_pretrain", self.train_cmd("demo_pretrain"), step="base model")
         from compclip.models.checkpoint import latest_checkpoint, sidecar_path
         last = latest_checkpoint(self.runs / "demo_pretrain" / "checkpoints")
@@ -396,7 +418,7 @@ def wait(procs: list[tuple[str, subprocess.Popen, Seed]]) -> None:
             tail = (seed.logs / f"{name}.log").read_text().strip().splitlines()[-3:]
             raise SystemExit(f"demo: step '{name}' (seed {seed.seed}) failed with exit code {proc.returncode}; "
                              f"log {seed.logs / (name + '.log')}:\n  " + "\n  ".join(tail))
-        if name in FINETUNES or name == "demo_pretrain":
+        if name in FINETUNES or name in ("demo_pretrain", LOCKED):
             (seed.runs / name / "DONE").write_text("")
 
 
@@ -810,10 +832,15 @@ def main(argv: list[str] | None = None) -> int:
                              "larger-architecture run of docs/demo.md, with --size 96)")
     parser.add_argument("--size", type=int, default=64,
                         help="image side of the world in pixels (the architecture's image size)")
+    parser.add_argument("--base", choices=("plain", "layout"), default="plain",
+                        help="plain: the world's own caption mix and one stage of plain CLIP "
+                             "training; layout: a world of six training bindings whose captions "
+                             "state their left/right relation in one order, and a base trained "
+                             "with its text tower locked first (docs/demo.md, the left-right setting)")
     parser.add_argument("--leftright-fraction", type=float, default=None, metavar="F",
                         help="share of the world's training captions (the base model's and the "
                              "finetunes' data) that state a left/right relation (world build); "
-                             "default: the world's own mix")
+                             "default: the world's own mix (--base plain), 1 (--base layout)")
     parser.add_argument("--recipes", nargs="+", choices=FINETUNES, default=list(FINETUNES),
                         help="finetunes to run (the control is always run)")
     parser.add_argument("--progress-every", type=float, default=30.0,

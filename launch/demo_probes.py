@@ -1,5 +1,5 @@
-"""Probes of the demo's models on the world's own training data (docs/demo.md, the left-right and
-caption-negative sections): what a checkpoint has learned, independent of any benchmark.
+"""Probes of the demo's models on the world's own training data (docs/demo_leftright.md and
+docs/demo.md): what a checkpoint has learned, independent of any benchmark.
 
     python launch/demo_probes.py pairs runs/demo/seed-0/world CKPT [CKPT ...]
     python launch/demo_probes.py negatives runs/demo/seed-0/world CKPT [CKPT ...]

@@ -21,7 +21,7 @@ def demo():
 
 
 def _args(**kw):
-    base = dict(samples=0, epochs=0, bench_scale=1.0, arch="demo-vit-64", size=64, leftright_fraction=None,
+    base = dict(samples=0, epochs=0, bench_scale=1.0, arch="demo-vit-64", size=64, leftright_fraction=None, base="plain",
                 recipes=["demo_clip_ft", "demo_negclip", "demo_trohn_text", "demo_trohn_img"])
     base.update(kw)
     return argparse.Namespace(**base)
@@ -82,6 +82,43 @@ def test_leftright_fraction_reaches_the_world_build_only_when_given(demo, tmp_pa
     assert worlds[1][worlds[1].index("--leftright-fraction") + 1] == "0.02"
     assert worlds[1][:worlds[1].index("--leftright-fraction")] == [
         c.replace(str(tmp_path / "0"), str(tmp_path / "1")) for c in worlds[0]]
+
+
+def test_layout_base_builds_its_world_and_trains_the_base_in_two_stages(demo, tmp_path):
+    """`--base layout`: the world gets the layout options (a fraction given still wins), the base
+    is the locked-text recipe, then `demo_pretrain` for one epoch from its last checkpoint;
+    `--base plain` (the default) runs `demo_pretrain` alone on the world's own mix."""
+    import yaml
+    from compclip.models.checkpoint import sidecar_path
+    seed = demo.Seed(tmp_path / "layout", 0, _args(base="layout"))
+    ran = []
+    seed.run = lambda name, cmd, threads=2, step="": ran.append((name, cmd))
+    seed.build_world()
+    world = ran[0][1]
+    assert world[-len(demo.LAYOUT_WORLD):] == demo.LAYOUT_WORLD
+    assert world[world.index("--object-pool") + 1] == "6" and "--fixed-order" in world
+    assert world[world.index("--mirrored-order") + 1] == "drawn"
+    given = demo.Seed(tmp_path / "given", 0, _args(base="layout", leftright_fraction=0.5)).world_cmd()
+    assert given[-2:] == ["--leftright-fraction", "0.5"]
+    first = seed.runs / demo.LOCKED / "checkpoints" / "step-0000640.pt"  # the first stage's last
+    first.parent.mkdir(parents=True)
+    first.write_bytes(b"")
+    sidecar_path(first).write_text("{}")
+    (first.parent / "latest").write_text(first.name + "\n")
+    stage1, stage2 = seed.train_cmd(demo.LOCKED), seed.train_cmd("demo_pretrain")
+    assert stage1[2] == f"recipes/{demo.LOCKED}.yaml" and not any(c.startswith("model.pretrained=") for c in stage1)
+    assert stage2[-2:] == ["schedule.epochs=1", f"model.pretrained={first}"]
+    locked = yaml.safe_load((ROOT / "recipes" / f"{demo.LOCKED}.yaml").read_text())
+    plain_recipe = yaml.safe_load((ROOT / "recipes" / "demo_pretrain.yaml").read_text())
+    assert locked["model"]["freeze_text"] is True and "freeze_text" not in plain_recipe["model"]
+    assert {k: v for k, v in locked.items() if k not in ("name", "model")} == \
+        {k: v for k, v in plain_recipe.items() if k not in ("name", "model")}
+    plain = demo.Seed(tmp_path / "plain", 0, _args(base="plain"))
+    plain.run = lambda name, cmd, threads=2, step="": ran.append((name, cmd))
+    plain.build_world()
+    for flag in ("--object-pool", "--fixed-order", "--mirrored-order", "--leftright-fraction"):
+        assert flag not in ran[-1][1]
+    assert plain.train_cmd("demo_pretrain")[-1] != "schedule.epochs=1"
 
 
 def test_summary_uses_the_last_epoch_and_differences_to_the_control(demo, tmp_path):

@@ -473,3 +473,23 @@ def test_build_is_deterministic(world, tmp_path):
     build(rebuilt, seed=3, train_size=30, bench_scale=0.02, progress=False)
     for path in sorted((again / "benchmarks").rglob("*.json")) + sorted((again / "benchmarks").rglob("*.tsv")):
         assert path.read_bytes() == (rebuilt / path.relative_to(again)).read_bytes(), path
+
+
+def test_a_larger_vg_relation_keeps_the_smaller_ones_items_first(tmp_path):
+    """VG-Relation items are drawn one after another from their own stream: a set of 1,000 (the
+    default, 500 left/right) starts with the 200 of the earlier default, and every other benchmark
+    file is the same bytes (the manifest, world_benchmarks.json, states the counts)."""
+    from dataclasses import replace
+    from compclip.datagen.world.benchmarks import write_benchmarks
+    assert BenchSizes().vg_relation == 1000
+    small = BenchSizes().scaled(0.02)
+    roots = {n: tmp_path / str(n) for n in (small.vg_relation, 2 * small.vg_relation)}
+    for n, root in roots.items():
+        write_benchmarks(root, Split.make(3), seed=3, size=32, sizes=replace(small, vg_relation=n), progress=False)
+    (a, short), (b, long) = [(root, json.loads((root / "aro" / "visual_genome_relation.json").read_text()))
+                             for root in roots.values()]
+    assert len(long) == 2 * len(short) and long[:len(short)] == short
+    for path in sorted(p for p in a.rglob("*") if p.is_file()):
+        rel = path.relative_to(a)
+        if rel.name not in ("visual_genome_relation.json", "world_benchmarks.json") and not rel.name.startswith("vgr_"):
+            assert path.read_bytes() == (b / rel).read_bytes(), rel

@@ -50,7 +50,7 @@ class BenchSizes:
     sugarcrepe: int = 100  # per subset
     sugarcrepe_pp: int = 100  # per subset
     bivlc: int = 200
-    vg_relation: int = 200
+    vg_relation: int = 1000  # 250 per relation: 500 left/right items for `left_right/acc`
     vg_attribution: int = 200  # in groups of 25 per attribute pair (ARO drops smaller groups)
     order_images: int = 100  # 5 captions each
 
