@@ -73,6 +73,10 @@ FINETUNE_S = {"demo_negclip": 330.0, "demo_trohn_img": 230.0, "demo_trohn_text":
 # (11) and (13); `--leftright-fraction` given replaces the fraction
 LAYOUT_WORLD = ["--object-pool", "6", "--fixed-order", "--mirrored-order", "drawn", "--leftright-fraction", "1"]
 LOCKED = "demo_pretrain_locked"  # `--base layout`: the base's first stage
+# `--base layout`: the base model's expected seconds (bench/results/demo_wall_time.md, 2026-11-27),
+# and the share of that step each of its two runs' bars stands for (640 + 320 steps)
+LAYOUT_BASE_S = 282.0
+LAYOUT_STAGES = {LOCKED: (0.0, 2 / 3), "demo_pretrain": (2 / 3, 1.0)}
 TRAIN_SET = {"demo_pretrain": ["train"], LOCKED: ["train"], "demo_clip_ft": ["train"], "demo_negclip": ["train_negclip"],
              "demo_trohn_text": ["train"], "demo_trohn_img": ["train_generated"],
              "demo_leftright": ["train", "train_mirrored"]}
@@ -161,6 +165,8 @@ class Overall:
             for step, done in seed.step_status():
                 if not done:
                     expected = FINETUNE_S[step] / max(1, slots) if step in FINETUNE_S else EXPECTED_S[step]
+                    if step == "base model" and seed.args.base == "layout":
+                        expected = LAYOUT_BASE_S
                     self.units[(seed.seed, step)] = [expected, 0.0]
         self.seeds = len(seeds)
 
@@ -209,9 +215,12 @@ class Seed:
         if self.overall is not None:
             log(self.overall.line(self, where))
 
-    def show_progress(self, step: str, line: str) -> None:
+    def show_progress(self, step: str, line: str, name: str = "") -> None:
         if self.overall is not None:
             if (fraction := bar_fraction(line)) is not None:
+                if step == "base model" and self.args.base == "layout":  # two runs, one step
+                    low, high = LAYOUT_STAGES[name]
+                    fraction = low + (high - low) * fraction
                 self.overall.progress(self.seed, step, fraction)
             log(self.overall.line(self, self.where))
 
@@ -260,7 +269,7 @@ class Seed:
                 shown = time.time()
                 if line := last_progress(self.logs / f"{name}.log"):
                     log(f"seed {self.seed}: {name}: {line}")
-                    self.show_progress(step, line)
+                    self.show_progress(step, line, name)
         wait([(name, proc, self)])
 
     def train_cmd(self, recipe: str) -> list[str]:

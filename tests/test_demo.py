@@ -622,6 +622,22 @@ def test_overall_eta_scales_the_expected_step_times_by_the_speed_so_far(demo, tm
     assert "elapsed 2.7 min" in overall.line(seed, "base model")
 
 
+def test_overall_counts_the_layout_base_as_one_step_of_two_runs(demo, tmp_path):
+    """`--base layout`: the base model is expected to take `LAYOUT_BASE_S`, and the bars of its two
+    runs fill that one step in turn (the first two thirds, then the last)."""
+    now = [100.0]
+    seed = demo.Seed(tmp_path, 0, _args(recipes=["demo_clip_ft"], base="layout"))
+    overall = demo.Overall([seed], slots=2, clock=lambda: now[0])
+    assert overall.units[(0, "base model")] == [demo.LAYOUT_BASE_S, 0.0]
+    half = "epoch 2/2:  0%|          | 0/320 [00:00<?, ?step/s]"  # half of a 2-epoch run
+    seed.show_progress("base model", half, demo.LOCKED)
+    assert overall.units[(0, "base model")][1] == pytest.approx(1 / 3)
+    seed.show_progress("base model", "epoch 1/1:  50%|#####     | 160/320 [00:30<00:30, 5step/s]", "demo_pretrain")
+    assert overall.units[(0, "base model")][1] == pytest.approx(2 / 3 + 1 / 6)
+    plain = demo.Seed(tmp_path / "plain", 0, _args(recipes=["demo_clip_ft"]))
+    assert demo.Overall([plain], slots=2).units[(0, "base model")][0] == demo.EXPECTED_S["base model"]
+
+
 def test_a_rerun_keeps_the_recorded_wall_time_of_the_steps_it_skips(demo, tmp_path):
     seed = demo.Seed(tmp_path, 0, _args(recipes=["demo_clip_ft"], progress_every=30))
     _stub_steps_done(demo, seed)
