@@ -10,11 +10,12 @@ For each seed, everything under `<out>/seed-<s>/`:
    mirrored partners (`train_mirrored`), and every benchmark set.
 2. `pretrained.pt`: `recipes/demo_pretrain.yaml`, plain CLIP training from random weights, the
    stand-in for the pretrained CLIP weights the papers start from. `--base layout` (docs/demo.md,
-   "The left-right setting"): first `recipes/demo_pretrain_locked.yaml` (the text tower locked,
-   640 steps), then `recipes/demo_pretrain.yaml` for one epoch from its last checkpoint (320
-   steps), on a world whose training scenes hold six bindings, every caption states its
-   left/right relation in one argument order, and each mirrored partner's caption draws its
-   order (`LAYOUT_WORLD`).
+   "The left-right setting") adds a second world, `layout_world/`, whose training scenes hold six
+   bindings, every caption states its left/right relation in one argument order, and each
+   mirrored partner's caption draws its order (`LAYOUT_WORLD`); the base trains on it, first
+   `recipes/demo_pretrain_locked.yaml` (the text tower locked, 640 steps), then
+   `recipes/demo_pretrain.yaml` for one epoch from its last checkpoint (320 steps); and
+   `demo_leftright` takes its pairs from its `train_mirrored`. Every other step uses `world/`.
 3. `world/train_negclip/`: NegCLIP's data, NegCLIP's own swap negatives (`python -m datagen
    negatives generate --rules negclip --mode all --cap 64 --require-negative`: every swap its
    authors' script can make, captions without one left out as the script did) and the K=3
@@ -62,21 +63,26 @@ LABELS = {"demo_pretrain": "base (no finetuning)", "demo_clip_ft": "control (CLI
           "demo_trohn_img": "TROHN-Img-style", "demo_leftright": "left-right pairs"}
 # costliest first: 2B x 4B, 2B x 2B, B x 2B, (B + B/8) x (B + B/8), B x B
 LONGEST_FIRST = ("demo_negclip", "demo_trohn_img", "demo_trohn_text", "demo_leftright", "demo_clip_ft")
-# expected wall seconds of each step on 2 idle cores (bench/results/demo_wall_time.md, seed 2 at
-# 5cd032f: world 22 s, base model 2 min 39 s, NegCLIP data 25 s, start numbers 9 s, the five
-# finetunes 8 min 20 s, two at a time); the overall ETA scales them by this run's speed so far
-EXPECTED_S = {"world": 25.0, "base model": 160.0, "NegCLIP data": 25.0, "start numbers": 10.0}
-# one finetune's seconds on one thread (two run at a time): split by batch cost, 990 in all
-FINETUNE_S = {"demo_negclip": 330.0, "demo_trohn_img": 230.0, "demo_trohn_text": 170.0,
-              "demo_leftright": 140.0, "demo_clip_ft": 120.0}
-# `--base layout`: the world's training sets and the base of docs/demo_leftright.md's experiments
-# (11) and (13); `--leftright-fraction` given replaces the fraction
+# expected wall seconds of each step with nothing else running (bench/results/demo_wall_time.md,
+# the 3-seed runs of 2026-11-27 at 76af771 and its child: world 20-31 s, base model 3.4-3.7 min,
+# NegCLIP data 24-29 s, start numbers 11-14 s, the five finetunes 10.7-11.4 min, two at a time);
+# the overall ETA scales them by this run's speed so far
+EXPECTED_S = {"world": 25.0, "layout world": 25.0, "base model": 215.0, "NegCLIP data": 28.0,
+              "start numbers": 12.0}
+# one finetune's seconds on one thread (two run at a time; `--base layout`, seeds 1 and 2)
+FINETUNE_S = {"demo_negclip": 360.0, "demo_trohn_img": 300.0, "demo_trohn_text": 200.0,
+              "demo_leftright": 185.0, "demo_clip_ft": 155.0}
+# `--base layout`: the options of `layout_world/`, the world of the base and of the pairs
+# (docs/demo_leftright.md, experiments (11), (13) and (17)); `--leftright-fraction` given
+# replaces the fraction
 LAYOUT_WORLD = ["--object-pool", "6", "--fixed-order", "--mirrored-order", "drawn", "--leftright-fraction", "1"]
 LOCKED = "demo_pretrain_locked"  # `--base layout`: the base's first stage
 # `--base layout`: the base model's expected seconds (bench/results/demo_wall_time.md, 2026-11-27),
 # and the share of that step each of its two runs' bars stands for (640 + 320 steps)
 LAYOUT_BASE_S = 282.0
 LAYOUT_STAGES = {LOCKED: (0.0, 2 / 3), "demo_pretrain": (2 / 3, 1.0)}
+# the training sets of each recipe; with `--base layout` the base's sets and `train_mirrored` come
+# from `layout_world/` (`Seed.shards`)
 TRAIN_SET = {"demo_pretrain": ["train"], LOCKED: ["train"], "demo_clip_ft": ["train"], "demo_negclip": ["train_negclip"],
              "demo_trohn_text": ["train"], "demo_trohn_img": ["train_generated"],
              "demo_leftright": ["train", "train_mirrored"]}
@@ -195,6 +201,7 @@ class Seed:
         self.seed, self.args, self.index = seed, args, index
         self.dir = out / f"seed-{seed}"
         self.world, self.runs, self.logs = self.dir / "world", self.dir / "runs", self.dir / "logs"
+        self.layout_world = self.dir / "layout_world"  # `--base layout` only
         self.base = self.dir / "pretrained.pt"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.overall: Overall | None = None
@@ -203,7 +210,10 @@ class Seed:
     # --- overall progress and wall times -----------------------------------------------------
     def step_status(self) -> list[tuple[str, bool]]:
         """(step, already done) for every step of this seed, in order."""
-        steps = [("world", (self.world / "world.json").is_file()), ("base model", self.base.is_file())]
+        steps = [("world", (self.world / "world.json").is_file())]
+        if self.args.base == "layout":
+            steps.append(("layout world", (self.layout_world / "world.json").is_file()))
+        steps.append(("base model", self.base.is_file()))
         if "demo_negclip" in self.args.recipes:
             steps.append(("NegCLIP data", self.negclip_data_done()))
         steps.append(("start numbers", not self.start_todo()))
@@ -274,7 +284,7 @@ class Seed:
 
     def train_cmd(self, recipe: str) -> list[str]:
         a = self.args
-        shards = ",".join(str(self.world / name) for name in TRAIN_SET[recipe])
+        shards = ",".join(str(path) for path in self.shards(recipe))
         cmd = [sys.executable, "trainer/train.py", f"recipes/{recipe}.yaml", f"seed={self.seed}",
                f"logging.output_dir={self.runs}", "checkpoint.resume=auto",
                f"data.train_shards=[{shards}]",
@@ -293,6 +303,14 @@ class Seed:
             cmd += ["schedule.epochs=1", f"model.pretrained={first}"]
         return cmd
 
+    def shards(self, recipe: str) -> list[Path]:
+        """The recipe's training sets: `world/`'s, but with `--base layout` the base's training set
+        and the pairs' `train_mirrored` are `layout_world/`'s."""
+        layout = self.args.base == "layout"
+        base = recipe in ("demo_pretrain", LOCKED)
+        return [self.layout_world / name if layout and (base or name == "train_mirrored") else self.world / name
+                for name in TRAIN_SET[recipe]]
+
     def done(self, recipe: str) -> bool:
         return (self.runs / recipe / "DONE").is_file()
 
@@ -306,15 +324,28 @@ class Seed:
         self.finished("world")
         return True
 
-    def world_cmd(self) -> list[str]:
+    def build_layout_world(self) -> bool:
+        """`--base layout`: the base's world (`LAYOUT_WORLD`)."""
+        if self.args.base != "layout" or (self.layout_world / "world.json").is_file():
+            return False
+        log(f"seed {self.seed}: building the layout world (the base's scenes and the pairs)")
+        self.say("layout world")
+        self.run("layout_world", self.world_cmd(layout=True), step="layout world")
+        self.finished("layout world")
+        return True
+
+    def world_cmd(self, layout: bool = False) -> list[str]:
+        """`world build` of `world/`, or with `layout` of `layout_world/`; `--leftright-fraction`
+        goes to the base's world (appended last: it wins)."""
         a = self.args
-        cmd = [sys.executable, "-m", "compclip.datagen", "world", "build", "--out", str(self.world),
+        cmd = [sys.executable, "-m", "compclip.datagen", "world", "build",
+               "--out", str(self.layout_world if layout else self.world),
                "--seed", str(self.seed), "--negatives", "--partners", "all",
                "--bench-scale", str(a.bench_scale), "--size", str(a.size)]
-        if a.base == "layout":
+        if layout:
             cmd += LAYOUT_WORLD
-        if a.leftright_fraction is not None:
-            cmd += ["--leftright-fraction", str(a.leftright_fraction)]  # the last one given wins
+        if a.leftright_fraction is not None and layout == (a.base == "layout"):
+            cmd += ["--leftright-fraction", str(a.leftright_fraction)]
         return cmd
 
     def pretrain(self) -> bool:
@@ -380,6 +411,7 @@ def run_seed(seed: Seed, slots: int) -> None:
     each finetune's TensorBoard log gets the base model's numbers at step 0 before it starts."""
     t = time.time()
     seed.timed("world", seed.build_world)
+    seed.timed("layout world", seed.build_layout_world)
     seed.timed("base model", seed.pretrain)
     seed.timed("NegCLIP data", seed.negclip_data)
     seed.timed("start numbers", seed.start_metrics)
@@ -842,14 +874,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=64,
                         help="image side of the world in pixels (the architecture's image size)")
     parser.add_argument("--base", choices=("plain", "layout"), default="plain",
-                        help="plain: the world's own caption mix and one stage of plain CLIP "
-                             "training; layout: a world of six training bindings whose captions "
-                             "state their left/right relation in one order, and a base trained "
-                             "with its text tower locked first (docs/demo.md, the left-right setting)")
+                        help="plain: one stage of plain CLIP training on the world's own caption "
+                             "mix; layout: a base trained, text tower locked first, on a second "
+                             "world of six bindings whose captions state their left/right relation "
+                             "in one order, whose mirrored scenes are the pairs' (docs/demo.md, the "
+                             "left-right setting)")
     parser.add_argument("--leftright-fraction", type=float, default=None, metavar="F",
-                        help="share of the world's training captions (the base model's and the "
-                             "finetunes' data) that state a left/right relation (world build); "
-                             "default: the world's own mix (--base plain), 1 (--base layout)")
+                        help="share of the base model's world's training captions that state a "
+                             "left/right relation (world build); default: the world's own mix "
+                             "(--base plain), 1 (--base layout, its layout world)")
     parser.add_argument("--recipes", nargs="+", choices=FINETUNES, default=list(FINETUNES),
                         help="finetunes to run (the control is always run)")
     parser.add_argument("--progress-every", type=float, default=30.0,

@@ -85,21 +85,38 @@ def test_leftright_fraction_reaches_the_world_build_only_when_given(demo, tmp_pa
 
 
 def test_layout_base_builds_its_world_and_trains_the_base_in_two_stages(demo, tmp_path):
-    """`--base layout`: the world gets the layout options (a fraction given still wins), the base
-    is the locked-text recipe, then `demo_pretrain` for one epoch from its last checkpoint;
-    `--base plain` (the default) runs `demo_pretrain` alone on the world's own mix."""
+    """`--base layout`: a second world, `layout_world/`, gets the layout options (a fraction given
+    goes to it and still wins; `world/` is the plain demo's); the base trains on it, the locked-text
+    recipe, then `demo_pretrain` for one epoch from its last checkpoint; `demo_leftright` takes its
+    pairs from it and every other training set from `world/`; `--base plain` (the default) runs
+    `demo_pretrain` alone on the world's own mix."""
     import yaml
     from compclip.models.checkpoint import sidecar_path
-    seed = demo.Seed(tmp_path / "layout", 0, _args(base="layout"))
+    seed = demo.Seed(tmp_path / "layout", 0, _args(base="layout", recipes=list(demo.FINETUNES)))
     ran = []
     seed.run = lambda name, cmd, threads=2, step="": ran.append((name, cmd))
     seed.build_world()
-    world = ran[0][1]
+    seed.build_layout_world()
+    assert [name for name, _ in ran] == ["world", "layout_world"]
+    main, world = ran[0][1], ran[1][1]
+    assert main[main.index("--out") + 1] == str(seed.world)
+    assert world[world.index("--out") + 1] == str(seed.layout_world)
+    assert main == demo.Seed(tmp_path / "layout", 0, _args()).world_cmd()  # the plain demo's world
     assert world[-len(demo.LAYOUT_WORLD):] == demo.LAYOUT_WORLD
     assert world[world.index("--object-pool") + 1] == "6" and "--fixed-order" in world
     assert world[world.index("--mirrored-order") + 1] == "drawn"
-    given = demo.Seed(tmp_path / "given", 0, _args(base="layout", leftright_fraction=0.5)).world_cmd()
-    assert given[-2:] == ["--leftright-fraction", "0.5"]
+    given = demo.Seed(tmp_path / "given", 0, _args(base="layout", leftright_fraction=0.5))
+    assert given.world_cmd(layout=True)[-2:] == ["--leftright-fraction", "0.5"]
+    assert "--leftright-fraction" not in given.world_cmd()
+    assert "layout world" in dict(seed.step_status())
+    assert "layout world" not in dict(demo.Seed(tmp_path, 1, _args()).step_status())
+    for recipe in demo.FINETUNES + ("demo_pretrain", demo.LOCKED):
+        shards = [c for c in seed.train_cmd(recipe) if c.startswith("data.train_shards=")]
+        expected = [(seed.layout_world if recipe in ("demo_pretrain", demo.LOCKED) or name == "train_mirrored"
+                     else seed.world) / name for name in demo.TRAIN_SET[recipe]]
+        assert shards == ["data.train_shards=[" + ",".join(map(str, expected)) + "]"], recipe
+        assert f"eval.data_root={seed.world / 'benchmarks'}" in seed.train_cmd(recipe)
+    assert seed.shards("demo_leftright") == [seed.world / "train", seed.layout_world / "train_mirrored"]
     first = seed.runs / demo.LOCKED / "checkpoints" / "step-0000640.pt"  # the first stage's last
     first.parent.mkdir(parents=True)
     first.write_bytes(b"")
@@ -116,8 +133,10 @@ def test_layout_base_builds_its_world_and_trains_the_base_in_two_stages(demo, tm
     plain = demo.Seed(tmp_path / "plain", 0, _args(base="plain"))
     plain.run = lambda name, cmd, threads=2, step="": ran.append((name, cmd))
     plain.build_world()
+    assert not plain.build_layout_world()
     for flag in ("--object-pool", "--fixed-order", "--mirrored-order", "--leftright-fraction"):
         assert flag not in ran[-1][1]
+    assert plain.shards("demo_leftright") == [plain.world / "train", plain.world / "train_mirrored"]
     assert plain.train_cmd("demo_pretrain")[-1] != "schedule.epochs=1"
 
 
@@ -619,7 +638,7 @@ def test_overall_eta_scales_the_expected_step_times_by_the_speed_so_far(demo, tm
     overall.progress(0, "base model", 0.5)
     now[0] += demo.EXPECTED_S["base model"]  # half the base model took its whole expected time: speed 2
     assert overall.eta() == pytest.approx(2 * (left - demo.EXPECTED_S["base model"] / 2))
-    assert "elapsed 2.7 min" in overall.line(seed, "base model")
+    assert f"elapsed {demo.EXPECTED_S['base model'] / 60:.1f} min" in overall.line(seed, "base model")
 
 
 def test_overall_counts_the_layout_base_as_one_step_of_two_runs(demo, tmp_path):
