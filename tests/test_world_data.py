@@ -4,6 +4,7 @@ import csv
 import hashlib
 import io
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -420,6 +421,9 @@ def test_aro_files(world):
                     ("visual_genome_attribution.json", _expected("vg_attribution"))]:
         items = json.loads((aro / file).read_text())
         assert len(items) == n
+        if "relation" in file:  # the four relations in turn: a quarter each (docs/demo.md)
+            counts = Counter(it["relation_name"] for it in items)
+            assert len(counts) == 4 and max(counts.values()) - min(counts.values()) <= 1
         for it in items:  # the fields the reference loader (aro_datasets.py) reads
             image = Image.open(aro / "images" / it["image_path"]).convert("RGB")
             crop = image.crop((it["bbox_x"], it["bbox_y"], it["bbox_x"] + it["bbox_w"],
