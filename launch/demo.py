@@ -843,12 +843,15 @@ def start_metrics_main(argv: list[str]) -> int:
 
 
 def check_model_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """`--arch` and `--size` are checked before the world is built (one line, exit 2)."""
+    """`--arch`, `--size` and `--leftright-fraction` are checked before the world is built (one
+    line, exit 2)."""
     from compclip.cli import InputError
     from compclip.datagen.world.cli import MIN_SIZE
     from compclip.models.load import resolve_model
     if args.size < MIN_SIZE:
         parser.error(f"--size {args.size}: images need at least {MIN_SIZE} pixels a side")
+    if args.leftright_fraction is not None and not 0 <= args.leftright_fraction <= 1:
+        parser.error(f"--leftright-fraction {args.leftright_fraction}: must be between 0 and 1")
     try:
         resolve_model(args.arch, None)
     except InputError as err:
