@@ -843,15 +843,15 @@ def start_metrics_main(argv: list[str]) -> int:
 
 
 def check_model_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """`--arch`, `--size` and `--leftright-fraction` are checked before the world is built (one
-    line, exit 2)."""
+    """`--arch` and the world build's options (`--size`, `--bench-scale`, `--leftright-fraction`:
+    the world CLI's own `check_options`) are checked before the world is built (one line, exit 2)."""
     from compclip.cli import InputError
-    from compclip.datagen.world.cli import MIN_SIZE
+    from compclip.datagen.world.cli import DEFAULT_TRAIN_SIZE, check_options
     from compclip.models.load import resolve_model
-    if args.size < MIN_SIZE:
-        parser.error(f"--size {args.size}: images need at least {MIN_SIZE} pixels a side")
-    if args.leftright_fraction is not None and not 0 <= args.leftright_fraction <= 1:
-        parser.error(f"--leftright-fraction {args.leftright_fraction}: must be between 0 and 1")
+    try:
+        check_options(DEFAULT_TRAIN_SIZE, args.size, "all", args.bench_scale, 1000, args.leftright_fraction)
+    except InputError as err:
+        parser.error(str(err))
     try:
         resolve_model(args.arch, None)
     except InputError as err:

@@ -541,7 +541,8 @@ def test_start_metrics_overrides_pass_the_recipe_checks(demo):
 
 
 def test_bad_arch_size_or_fraction_stops_before_anything_is_written(demo, tmp_path, capsys):
-    for bad in (["--arch", "demo-vit-69"], ["--size", "4"], ["--leftright-fraction", "2", "--base", "layout"]):
+    for bad in (["--arch", "demo-vit-69"], ["--size", "4"], ["--leftright-fraction", "2", "--base", "layout"],
+                ["--bench-scale", "0"]):
         with pytest.raises(SystemExit) as exit_:
             demo.main(bad + ["--out", str(tmp_path / "out")])
         assert exit_.value.code == 2

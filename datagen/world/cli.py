@@ -68,7 +68,7 @@ def build_options(seed: int, train_size: int, size: int, negatives: bool, partne
     return options
 
 
-def _check(train_size: int, size: int, partners: str, bench_scale: float, max_count: int,
+def check_options(train_size: int, size: int, partners: str, bench_scale: float, max_count: int,
            leftright_fraction: float | None = None, object_pool: int | None = None,
            pool_per_shard: bool = False) -> None:
     if pool_per_shard and object_pool is None:
@@ -105,7 +105,7 @@ def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
     `fixed_order`: the training sets' left/right captions name their objects in one fixed order;
     `mirrored_order`: DIR/train_mirrored's partner captions keep the anchor's argument order
     ("same") or draw it ("drawn")."""
-    _check(train_size, size, partners, bench_scale, shard_size, leftright_fraction, object_pool,
+    check_options(train_size, size, partners, bench_scale, shard_size, leftright_fraction, object_pool,
            pool_per_shard)
     from compclip.datagen.outlock import hold
     from compclip.shardset.shards import pin_options
