@@ -265,10 +265,32 @@ def test_report_gpu_says_when_the_data_probe_under_reads_the_run():
         for shape in d.values():
             shape["warm_batches"] = warm
         d["negclip"]["anchors_per_s"] = probe
+        d["plain"]["anchors_per_s"] = rr["ours_plain"]["samples_per_s"]["median"] * 2
         text = section_gpu(rr, None, [], [])
+        assert ("The NegCLIP-style run itself" in text) == (expect is not None)
         assert f"timed after {warm})" in text
         assert ("under-reads" in text) == (expect is not None)
         assert ("fewer warm-up" in text) == (expect == "fewer warm-up batches than workers")
+    rr = copy.deepcopy(r)
+    for shape, case in (("plain", "ours_plain"), ("negclip", "ours_negclip")):
+        rr["profile"]["data_only"][shape]["anchors_per_s"] = rr[case]["samples_per_s"]["median"] / 2
+    assert "The plain and the NegCLIP-style runs themselves were faster" in section_gpu(rr, None, [], [])
+
+
+def test_report_gpu_goal_row_names_a_card_other_than_the_h100_the_goal_is_stated_for():
+    import copy
+    from pathlib import Path
+
+    from bench.run_all import section_gpu
+    r = json.loads((Path(__file__).parents[1] / "bench/results/gpu.json").read_text())
+    for device, flagged in (("NVIDIA H100 80GB HBM3", False), ("NVIDIA H200", True)):
+        rr = copy.deepcopy(r)
+        rr["device"] = device
+        goals = []
+        section_gpu(rr, None, goals, [])
+        row = next(g for g in goals if g[0].startswith("GPU: NegCLIP-style"))
+        assert device in row[0]
+        assert ("goal is stated for one H100" in row[3]) == flagged
 
 
 # --- run_all's scale section (issue 37; synthetic numbers: rendering only) ---------------------------
