@@ -31,7 +31,7 @@ Where the time goes (`profile`): the data path alone (our loader, same workers, 
 step alone (forward + backward + AdamW in bf16 on random batches of each shape, COCO caption
 lengths, no data loading), in anchors/s: a run's rate is at most the smaller of the two.
 
-Writes bench/results/gpu.json.
+Writes bench/results/gpu.json (`--data-probe-only`: the data path alone, bench/results/gpu_data_probe.json).
 """
 from __future__ import annotations
 
@@ -131,15 +131,17 @@ def run_theirs(tmp: Path, csv_path: Path, rep: int, args, env: dict) -> dict:
 
 def data_only(shards: Path, partner: str, negs: int, args, batches: int) -> dict:
     """Anchors/s of our data path alone: the trainer's loader (same workers, draft decoding at the
-    model's input size, pinned memory), batches of B anchors in the shape, no model."""
+    model's input size, uint8 images as the trainer's workers send them, pinned memory), batches of
+    B anchors in the shape, no model."""
     from compclip.models import load_model
     from compclip.trainer.compose import Composer
     from compclip.trainer.data import ShardStream, make_loader, resolve_sources
+    from compclip.trainer.streams import image_size
+    from compclip.trainer.transforms import split_normalize
     loaded = load_model(args.gpu_arch)
-    size = loaded.model.visual.image_size
-    size = size[0] if isinstance(size, (tuple, list)) else size
-    composer = Composer(loaded.preprocess_train, loaded.tokenizer, args.gpu_batch, partner, None, negs,
-                        draft_size=size)
+    workers_part, _ = split_normalize(loaded.preprocess_train)  # as trainer.streams.make_composer
+    composer = Composer(workers_part, loaded.tokenizer, args.gpu_batch, partner, None, negs,
+                        draft_size=image_size(loaded.model))
     warm = 2 * max(1, args.gpu_workers)  # every worker past its first batch: started, shuffle buffer full
     stream = ShardStream(resolve_sources([str(shards)]), None, composer, 0, 0, 1, batches + warm,
                          max(1, args.gpu_workers), 256, 0.01)
@@ -214,6 +216,8 @@ def main() -> None:
     p.add_argument("--images", type=int, default=4096, help="distinct 640x480 JPEGs (cycled)")
     p.add_argument("--no-profile", action="store_true", help="skip the data-only and step-only measurements")
     p.add_argument("--quick", action="store_true", help="smoke check: 40 steps, warm-up 10, 1 rep, 512 images")
+    p.add_argument("--data-probe-only", action="store_true",
+                   help="only the data path alone (no runs, no step): bench/results/gpu_data_probe.json")
     p.add_argument("--dry-run", action="store_true", help=argparse.SUPPRESS)  # the plumbing on a CPU, tiny model
     p.add_argument("--out", default=None)
     args = p.parse_args()
@@ -245,6 +249,14 @@ def main() -> None:
                                        neighbours=3, image=picture, prefix="n")
         csv_path = export_csv(plain, tmp / "csv", args.gpu_steps * args.gpu_batch)
         log(f"gpu: shards and CSV written ({time.perf_counter() - t0:.1f} s)")
+        if args.data_probe_only:
+            probe = {shape: data_only(shards, partner, negs, args, 30) for shape, shards, partner, negs
+                     in (("plain", plain, "none", 0), ("negclip", negclip, "neighbour", 2))}
+            log(f"gpu: data path alone {json.dumps(probe)}")
+            write_result("gpu_data_probe", {"device": device_name, "arch": args.gpu_arch, "batch": args.gpu_batch,
+                                            "images": f"{args.images} distinct 640x480 JPEGs, q=90",
+                                            "data_only": probe}, args.out)
+            return
         for rep in range(args.reps):
             order = CASES if rep % 2 == 0 else tuple(reversed(CASES))
             for case in order:

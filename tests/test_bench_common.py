@@ -342,3 +342,29 @@ def test_leftright_base_rows_are_keyed_and_ordered_by_their_world_options():
     assert sorted(keys, key=row_order) == ["default", "0.1/pool 12/fixed order", "1", "1/pool 6",
                                            "1/pool 6/fixed order"]
     assert work_dir("1", ns(6, True)).name == "f-1-pool-6-fixed"
+
+
+def test_gpu_data_probe_sends_the_trainers_uint8_images(monkeypatch, tmp_path):
+    """bench_gpu's data path alone builds its batches as the trainer does (the normalisation split
+    off to the device), not with open_clip's float transform in the workers."""
+    import types
+
+    import torch
+
+    import compclip.trainer.data as data
+    from bench.bench_gpu import data_only
+    from bench.common import write_caption_shards
+    shards = write_caption_shards(tmp_path / "s", [("a red cube", "a cube red")] * 8, 16, per_shard=8,
+                                  negatives=1, neighbours=3)
+    seen = []
+    real = data.make_loader
+
+    def spy(stream, workers, seed, *a, **k):
+        for batch in real(stream, workers, seed, *a, **k):
+            seen.append(batch)
+            yield batch
+    monkeypatch.setattr(data, "make_loader", spy)
+    out = data_only(shards, "neighbour", 1, types.SimpleNamespace(gpu_arch="micro-vit-32", gpu_batch=4, gpu_workers=0), 2)
+    assert out["batches"] == 2 and out["anchors_per_s"] > 0
+    images = seen[0][0].images  # (Batch, its provenance)
+    assert images.dtype == torch.uint8 and images.shape[0] == 8  # 4 anchors + their neighbour partners
