@@ -161,11 +161,14 @@ def minutes(seconds: float) -> str:
 class Overall:
     """Progress of the whole demo: every step of every seed with its expected seconds
     (`EXPECTED_S`, `FINETUNE_S`); steps already done are left out. The ETA is the expected
-    seconds still to run times this run's speed so far (elapsed / expected seconds done)."""
+    seconds still to run times this run's speed so far (elapsed / expected seconds done in this
+    run: a step that resumes an earlier run's work counts from its first progress line)."""
 
     def __init__(self, seeds: list["Seed"], slots: int = 2, clock=time.time):
         self.clock, self.t0 = clock, clock()
-        self.units: dict[tuple[int, str], list[float]] = {}  # (seed, step) -> [expected s, fraction done]
+        # (seed, step) -> [expected s, fraction done, fraction done when this run began it (None:
+        # not known yet, the step resumes earlier work)]
+        self.units: dict[tuple[int, str], list] = {}
         for seed in seeds:
             seed.overall = self
             for step, done in seed.step_status():
@@ -173,17 +176,19 @@ class Overall:
                     expected = FINETUNE_S[step] / max(1, slots) if step in FINETUNE_S else EXPECTED_S[step]
                     if step == "base model" and seed.args.base == "layout":
                         expected = LAYOUT_BASE_S
-                    self.units[(seed.seed, step)] = [expected, 0.0]
+                    self.units[(seed.seed, step)] = [expected, 0.0, None if seed.resumes(step) else 0.0]
         self.seeds = len(seeds)
 
     def progress(self, seed: int, step: str, fraction: float) -> None:
-        if (seed, step) in self.units:
-            self.units[(seed, step)][1] = max(0.0, min(1.0, fraction))
+        if (unit := self.units.get((seed, step))) is not None:
+            unit[1] = max(0.0, min(1.0, fraction))
+            if unit[2] is None:
+                unit[2] = unit[1]
 
     def eta(self) -> float:
         """Seconds left for the whole demo."""
-        done = sum(e * f for e, f in self.units.values())
-        left = sum(e * (1 - f) for e, f in self.units.values())
+        done = sum(e * (f - (f if s is None else s)) for e, f, s in self.units.values())
+        left = sum(e * (1 - f) for e, f, _ in self.units.values())
         elapsed = self.clock() - self.t0
         return left * (elapsed / done if done > 0 else 1.0)
 
@@ -218,6 +223,15 @@ class Seed:
             steps.append(("NegCLIP data", self.negclip_data_done()))
         steps.append(("start numbers", not self.start_todo()))
         return steps + [(r, self.done(r)) for r in LONGEST_FIRST if r in self.args.recipes]
+
+    def resumes(self, step: str) -> bool:
+        """Whether `step` (a training step) starts from checkpoints an earlier run left."""
+        if step == "base model":
+            recipes = [LOCKED, "demo_pretrain"] if self.args.base == "layout" else ["demo_pretrain"]
+        else:
+            recipes = [step] if step in FINETUNES else []
+        return any(any((self.runs / r / "checkpoints").glob("*")) for r in recipes
+                   if (self.runs / r / "checkpoints").is_dir())
 
     def say(self, where: str) -> None:
         """The step now starting, with the overall line."""

@@ -648,7 +648,7 @@ def test_overall_counts_the_layout_base_as_one_step_of_two_runs(demo, tmp_path):
     now = [100.0]
     seed = demo.Seed(tmp_path, 0, _args(recipes=["demo_clip_ft"], base="layout"))
     overall = demo.Overall([seed], slots=2, clock=lambda: now[0])
-    assert overall.units[(0, "base model")] == [demo.LAYOUT_BASE_S, 0.0]
+    assert overall.units[(0, "base model")] == [demo.LAYOUT_BASE_S, 0.0, 0.0]
     half = "epoch 2/2:  0%|          | 0/320 [00:00<?, ?step/s]"  # half of a 2-epoch run
     seed.show_progress("base model", half, demo.LOCKED)
     assert overall.units[(0, "base model")][1] == pytest.approx(1 / 3)
@@ -656,6 +656,27 @@ def test_overall_counts_the_layout_base_as_one_step_of_two_runs(demo, tmp_path):
     assert overall.units[(0, "base model")][1] == pytest.approx(2 / 3 + 1 / 6)
     plain = demo.Seed(tmp_path / "plain", 0, _args(recipes=["demo_clip_ft"]))
     assert demo.Overall([plain], slots=2).units[(0, "base model")][0] == demo.EXPECTED_S["base model"]
+
+
+def test_overall_eta_counts_a_resumed_step_from_where_this_run_began_it(demo, tmp_path):
+    """A layout base whose locked stage an earlier run finished: its bar starts at two thirds of
+    the step, which this run did not do; the ETA's speed counts only what came after."""
+    now = [100.0]
+    seed = demo.Seed(tmp_path, 0, _args(recipes=["demo_clip_ft"], base="layout"))
+    (seed.runs / demo.LOCKED / "checkpoints" / "epoch_2").mkdir(parents=True)
+    overall = demo.Overall([seed], slots=2, clock=lambda: now[0])
+    assert overall.units[(0, "base model")][2] is None
+    left = sum(e for e, _, _ in overall.units.values())
+    now[0] += 30.0
+    seed.show_progress("base model", "epoch 1/1:  10%|#         | 32/320 [00:09<01:20, 3step/s]", "demo_pretrain")
+    first = overall.units[(0, "base model")][1]
+    assert first == pytest.approx(2 / 3 + 1 / 30) and overall.eta() == pytest.approx(left - demo.LAYOUT_BASE_S * first)
+    now[0] += 30.0  # the next tenth of the free stage in 30 s: speed 30 s per LAYOUT_BASE_S / 30
+    seed.show_progress("base model", "epoch 1/1:  20%|##        | 64/320 [00:19<01:10, 3step/s]", "demo_pretrain")
+    done = demo.LAYOUT_BASE_S / 30
+    assert overall.eta() == pytest.approx((left - demo.LAYOUT_BASE_S * (first + 1 / 30)) * 60.0 / done)
+    fresh = demo.Seed(tmp_path / "fresh", 0, _args(recipes=["demo_clip_ft"], base="layout"))
+    assert demo.Overall([fresh], slots=2).units[(0, "base model")][2] == 0.0
 
 
 def test_a_rerun_keeps_the_recorded_wall_time_of_the_steps_it_skips(demo, tmp_path):
