@@ -296,3 +296,27 @@ def test_preflight_warns_when_negative_columns_would_be_padding(recipe, capsys):
     assert "have fewer than negatives.per_image=2 eligible negatives under kinds=[swap, replace, add] subkinds=[all]" in err
     assert run([recipe, "--check", "negatives.per_image=1", "negatives.kinds=[swap]"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_the_evaluations_of_a_run_tokenize_each_benchmark_text_once(recipe, tmp_path, monkeypatch):
+    """Two epochs, two evaluations of SugarCrepe: one cached tokenizer for the run
+    (models/token_cache.py), each text through the model's tokenizer once."""
+    import compclip.trainer.loop as loop
+    from compclip.models.token_cache import CachedTokenizer
+    from tests.fixtures.eval_data import make_data_root
+    made, tokenized = [], []
+
+    class Spy(CachedTokenizer):
+        def __init__(self, tokenizer):
+            made.append(self)
+
+            def counting(texts, *a, **k):
+                tokenized.extend(texts)
+                return tokenizer(texts, *a, **k)
+            super().__init__(counting)
+    monkeypatch.setattr(loop, "CachedTokenizer", Spy)
+    root = make_data_root(tmp_path / "bench")
+    assert run([recipe, "eval.benchmarks=[sugarcrepe]", f"eval.data_root={root}", "schedule.epochs=2"]) == 0
+    lines = (tmp_path / "runs" / "tiny" / "eval.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and len(made) == 1
+    assert tokenized and len(tokenized) == len(set(tokenized))

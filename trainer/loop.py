@@ -35,6 +35,7 @@ import torch
 from compclip.cli import InputError, note
 from compclip.compat.torch import one_dim_logit_scale
 from compclip.models import CheckpointMeta, load_model
+from compclip.models.token_cache import CachedTokenizer
 from compclip import runlock
 from compclip.trainer import checkpointing, evaluation, stopsignals, streams
 from compclip.trainer.data import make_loader
@@ -135,6 +136,7 @@ class Trainer:
         from accelerate.utils import set_seed
         self.recipe, self.sources, self.val_sources = recipe, sources, val_sources
         self.overlap = overlap or {}  # benchmark -> training images in it (eval.allow_overlap)
+        self.eval_tokenizer: Optional[CachedTokenizer] = None  # made at the first evaluation
         self.acc = make_accelerator(recipe)
         self.precision = ran_precision(recipe)
         if self.precision != recipe.precision:
@@ -370,8 +372,10 @@ class Trainer:
         cfg = self.recipe.eval
         metrics, intervals = self.validate(), {}
         if cfg.benchmarks and (cfg.distributed or self.acc.is_main_process):
+            if self.eval_tokenizer is None:  # the benchmarks' texts, tokenized once per run
+                self.eval_tokenizer = CachedTokenizer(self.loaded.tokenizer)
             scored, intervals, tables = evaluation.evaluate_model(
-                self.acc.unwrap_model(self.model), self.loaded.preprocess, self.loaded.tokenizer, cfg,
+                self.acc.unwrap_model(self.model), self.loaded.preprocess, self.eval_tokenizer, cfg,
                 self.acc.device, self.recipe.name, progress=self.recipe.logging.progress)
             metrics.update(scored)
             if self.acc.is_main_process:
