@@ -129,6 +129,13 @@ def run_theirs(tmp: Path, csv_path: Path, rep: int, args, env: dict) -> dict:
             "command": " ".join(cmd).replace(str(tmp), "<tmp>")}
 
 
+def probe_batches(args) -> int:
+    """Timed batches of the data probe: 8 per worker, at least 30 (10 with --quick). With fewer
+    (30 for 12 workers), each worker's last batch and the reads of shards it meets first weigh
+    on the window."""
+    return 10 if args.quick else max(30, 8 * max(1, args.gpu_workers))
+
+
 def data_only(shards: Path, partner: str, negs: int, args, batches: int) -> dict:
     """Anchors/s of our data path alone: the trainer's loader (same workers, draft decoding at the
     model's input size, uint8 images as the trainer's workers send them, pinned memory), batches of
@@ -250,7 +257,8 @@ def main() -> None:
         csv_path = export_csv(plain, tmp / "csv", args.gpu_steps * args.gpu_batch)
         log(f"gpu: shards and CSV written ({time.perf_counter() - t0:.1f} s)")
         if args.data_probe_only:
-            probe = {shape: data_only(shards, partner, negs, args, 30) for shape, shards, partner, negs
+            n = probe_batches(args)
+            probe = {shape: data_only(shards, partner, negs, args, n) for shape, shards, partner, negs
                      in (("plain", plain, "none", 0), ("negclip", negclip, "neighbour", 2))}
             log(f"gpu: data path alone {json.dumps(probe)}")
             write_result("gpu_data_probe", {"device": device_name, "arch": args.gpu_arch, "batch": args.gpu_batch,
@@ -274,7 +282,7 @@ def main() -> None:
                     f"(steps {r['from_step']}-{r['to_step']}, run {r['wall_s']:.1f} s, card peak {mem.peak:.0f} MiB)")
         if not args.no_profile:
             log("gpu: profile: data path alone, step alone")
-            batches = 10 if args.quick else 30
+            batches = probe_batches(args)
             profile = {"data_only": {"plain": data_only(plain, "none", 0, args, batches),
                                      "negclip": data_only(negclip, "neighbour", 2, args, batches)},
                        "step_only": step_only(args, 5 if args.quick else 20)}

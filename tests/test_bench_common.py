@@ -368,3 +368,11 @@ def test_gpu_data_probe_sends_the_trainers_uint8_images(monkeypatch, tmp_path):
     assert out["batches"] == 2 and out["anchors_per_s"] > 0
     images = seen[0][0].images  # (Batch, its provenance)
     assert images.dtype == torch.uint8 and images.shape[0] == 8  # 4 anchors + their neighbour partners
+
+
+def test_gpu_data_probe_times_eight_batches_per_worker():
+    import types
+
+    from bench.bench_gpu import probe_batches
+    assert [probe_batches(types.SimpleNamespace(quick=False, gpu_workers=w)) for w in (12, 2, 0)] == [96, 30, 30]
+    assert probe_batches(types.SimpleNamespace(quick=True, gpu_workers=12)) == 10
