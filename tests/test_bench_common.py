@@ -266,10 +266,13 @@ def test_report_gpu_says_when_the_data_probe_under_reads_the_run():
             shape["warm_batches"] = warm
         d["negclip"]["anchors_per_s"] = probe
         d["plain"]["anchors_per_s"] = rr["ours_plain"]["samples_per_s"]["median"] * 2
-        text = section_gpu(rr, None, [], [])
+        goals = []
+        text = section_gpu(rr, None, goals, [])
         assert ("The NegCLIP-style run itself" in text) == (expect is not None)
+        assert ("not settled which one reads the steady rate" in goals[-1][3]) == (expect is not None)
         assert f"timed after {warm})" in text
         assert ("under-reads" in text) == (expect is not None)
+        assert ("the run's window drew on batches its workers had made before it" in text) == (expect is not None)
         assert ("fewer warm-up" in text) == (expect == "fewer warm-up batches than workers")
     rr = copy.deepcopy(r)
     for shape, case in (("plain", "ours_plain"), ("negclip", "ours_negclip")):
