@@ -131,8 +131,7 @@ def run_theirs(tmp: Path, csv_path: Path, rep: int, args, env: dict) -> dict:
 
 def probe_batches(args) -> int:
     """Timed batches of the data probe: 8 per worker, at least 30 (10 with --quick). With fewer
-    (30 for 12 workers), each worker's last batch and the reads of shards it meets first weigh
-    on the window."""
+    (30 for 12 workers), each worker's last batch weighs on the window."""
     return 10 if args.quick else max(30, 8 * max(1, args.gpu_workers))
 
 
