@@ -59,6 +59,8 @@ def main() -> None:
     args = p.parse_args()
     if args.quick:
         args.evals, args.reps, args.bench_scale = 2, 1, 0.2
+    if args.evals < 2 or args.reps < 1:
+        p.error("--evals must be at least 2 (a first and a later evaluation) and --reps at least 1")
     torch.set_num_threads(1)
     recipe = load_recipe(ROOT / "recipes" / "demo_clip_ft.yaml")
     with tempfile.TemporaryDirectory(prefix="bench_eval_epochs_") as tmp:

@@ -379,3 +379,11 @@ def test_gpu_data_probe_times_eight_batches_per_worker():
     from bench.bench_gpu import probe_batches
     assert [probe_batches(types.SimpleNamespace(quick=False, gpu_workers=w)) for w in (12, 2, 0)] == [96, 30, 30]
     assert probe_batches(types.SimpleNamespace(quick=True, gpu_workers=12)) == 10
+
+
+def test_bench_eval_epochs_needs_a_later_evaluation(monkeypatch, capsys):
+    from bench import bench_eval_epochs
+    monkeypatch.setattr(sys, "argv", ["bench_eval_epochs.py", "--evals", "1"])
+    with pytest.raises(SystemExit) as err:
+        bench_eval_epochs.main()
+    assert err.value.code == 2 and "--evals must be at least 2" in capsys.readouterr().err
