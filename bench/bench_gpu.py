@@ -135,6 +135,12 @@ def probe_batches(args) -> int:
     return 10 if args.quick else max(30, 8 * max(1, args.gpu_workers))
 
 
+def data_probe(plain: Path, negclip: Path, args) -> dict:
+    """The data path alone in both shapes: plain, and NegCLIP-style (neighbour + 2 negatives)."""
+    n = probe_batches(args)
+    return {"plain": data_only(plain, "none", 0, args, n), "negclip": data_only(negclip, "neighbour", 2, args, n)}
+
+
 def data_only(shards: Path, partner: str, negs: int, args, batches: int) -> dict:
     """Anchors/s of our data path alone: the trainer's loader (same workers, draft decoding at the
     model's input size, uint8 images as the trainer's workers send them, pinned memory), batches of
@@ -256,9 +262,7 @@ def main() -> None:
         csv_path = export_csv(plain, tmp / "csv", args.gpu_steps * args.gpu_batch)
         log(f"gpu: shards and CSV written ({time.perf_counter() - t0:.1f} s)")
         if args.data_probe_only:
-            n = probe_batches(args)
-            probe = {shape: data_only(shards, partner, negs, args, n) for shape, shards, partner, negs
-                     in (("plain", plain, "none", 0), ("negclip", negclip, "neighbour", 2))}
+            probe = data_probe(plain, negclip, args)
             log(f"gpu: data path alone {json.dumps(probe)}")
             write_result("gpu_data_probe", {"device": device_name, "arch": args.gpu_arch, "batch": args.gpu_batch,
                                             "images": f"{args.images} distinct 640x480 JPEGs, q=90",
@@ -281,10 +285,7 @@ def main() -> None:
                     f"(steps {r['from_step']}-{r['to_step']}, run {r['wall_s']:.1f} s, card peak {mem.peak:.0f} MiB)")
         if not args.no_profile:
             log("gpu: profile: data path alone, step alone")
-            batches = probe_batches(args)
-            profile = {"data_only": {"plain": data_only(plain, "none", 0, args, batches),
-                                     "negclip": data_only(negclip, "neighbour", 2, args, batches)},
-                       "step_only": step_only(args, 5 if args.quick else 20)}
+            profile = {"data_only": data_probe(plain, negclip, args), "step_only": step_only(args, 5 if args.quick else 20)}
             log(f"gpu: profile {json.dumps(profile)}")
 
     def rates(case: str) -> list[float]:
