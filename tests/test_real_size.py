@@ -7,6 +7,7 @@ import copy
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -27,7 +28,8 @@ def hf_home(tmp_path_factory):
     home = tmp_path_factory.mktemp("hf_home")
     openai_file, _ = add_tag_weights(home, "ViT-B-32", "openai", seed=1)
     add_hf_hub_model(home, HUB_REPO, "ViT-B-32", seed=2, quick_gelu=False)
-    return home, openai_file
+    yield home, openai_file
+    shutil.rmtree(home, ignore_errors=True)  # 1.2 GB of weights; tmp_path_factory keeps it otherwise
 
 
 @pytest.fixture(scope="module")
