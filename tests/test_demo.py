@@ -88,8 +88,8 @@ def test_layout_base_builds_its_world_and_trains_the_base_in_two_stages(demo, tm
     """`--base layout`: a second world, `layout_world/`, gets the layout options (a fraction given
     goes to it and still wins; `world/` is the plain demo's); the base trains on it, the locked-text
     recipe, then `demo_pretrain` for one epoch from its last checkpoint; `demo_leftright` takes its
-    pairs from it and every other training set from `world/`; `--base plain` (the default) runs
-    `demo_pretrain` alone on the world's own mix."""
+    pairs from it and every other training set from `world/`; `--base layout` is the default;
+    `--base plain` runs `demo_pretrain` alone on the world's own mix."""
     import yaml
     from compclip.models.checkpoint import sidecar_path
     seed = demo.Seed(tmp_path / "layout", 0, _args(base="layout", recipes=list(demo.FINETUNES)))
@@ -103,7 +103,7 @@ def test_layout_base_builds_its_world_and_trains_the_base_in_two_stages(demo, tm
     assert world[world.index("--out") + 1] == str(seed.layout_world)
     assert main == demo.Seed(tmp_path / "layout", 0, _args()).world_cmd()  # the plain demo's world
     assert world[-len(demo.LAYOUT_WORLD):] == demo.LAYOUT_WORLD
-    assert world[world.index("--object-pool") + 1] == "6" and "--fixed-order" in world
+    assert "--object-couples" in world and "--object-pool" not in world and "--fixed-order" in world
     assert world[world.index("--mirrored-order") + 1] == "drawn"
     given = demo.Seed(tmp_path / "given", 0, _args(base="layout", leftright_fraction=0.5))
     assert given.world_cmd(layout=True)[-2:] == ["--leftright-fraction", "0.5"]
@@ -128,8 +128,12 @@ def test_layout_base_builds_its_world_and_trains_the_base_in_two_stages(demo, tm
     locked = yaml.safe_load((ROOT / "recipes" / f"{demo.LOCKED}.yaml").read_text())
     plain_recipe = yaml.safe_load((ROOT / "recipes" / "demo_pretrain.yaml").read_text())
     assert locked["model"]["freeze_text"] is True and "freeze_text" not in plain_recipe["model"]
+    assert locked["schedule"]["epochs"] == 3 and locked["eval"]["benchmarks"] == []  # 960 steps, scored after stage 2
+    for recipe in (locked, plain_recipe):
+        recipe["schedule"].pop("epochs"), recipe["eval"].pop("benchmarks")
     assert {k: v for k, v in locked.items() if k not in ("name", "model")} == \
         {k: v for k, v in plain_recipe.items() if k not in ("name", "model")}
+    assert demo.build_parser().parse_args([]).base == "layout"
     plain = demo.Seed(tmp_path / "plain", 0, _args(base="plain"))
     plain.run = lambda name, cmd, threads=2, step="": ran.append((name, cmd))
     plain.build_world()
@@ -644,37 +648,37 @@ def test_overall_eta_scales_the_expected_step_times_by_the_speed_so_far(demo, tm
 
 def test_overall_counts_the_layout_base_as_one_step_of_two_runs(demo, tmp_path):
     """`--base layout`: the base model is expected to take `LAYOUT_BASE_S`, and the bars of its two
-    runs fill that one step in turn (the first two thirds, then the last)."""
+    runs fill that one step in turn (the first three quarters, then the last)."""
     now = [100.0]
     seed = demo.Seed(tmp_path, 0, _args(recipes=["demo_clip_ft"], base="layout"))
     overall = demo.Overall([seed], slots=2, clock=lambda: now[0])
     assert overall.units[(0, "base model")] == [demo.LAYOUT_BASE_S, 0.0, 0.0]
-    half = "epoch 2/2:  0%|          | 0/320 [00:00<?, ?step/s]"  # half of a 2-epoch run
-    seed.show_progress("base model", half, demo.LOCKED)
-    assert overall.units[(0, "base model")][1] == pytest.approx(1 / 3)
+    third = "epoch 2/3:  0%|          | 0/320 [00:00<?, ?step/s]"  # a third of a 3-epoch run
+    seed.show_progress("base model", third, demo.LOCKED)
+    assert overall.units[(0, "base model")][1] == pytest.approx(1 / 4)
     seed.show_progress("base model", "epoch 1/1:  50%|#####     | 160/320 [00:30<00:30, 5step/s]", "demo_pretrain")
-    assert overall.units[(0, "base model")][1] == pytest.approx(2 / 3 + 1 / 6)
+    assert overall.units[(0, "base model")][1] == pytest.approx(3 / 4 + 1 / 8)
     plain = demo.Seed(tmp_path / "plain", 0, _args(recipes=["demo_clip_ft"]))
     assert demo.Overall([plain], slots=2).units[(0, "base model")][0] == demo.EXPECTED_S["base model"]
 
 
 def test_overall_eta_counts_a_resumed_step_from_where_this_run_began_it(demo, tmp_path):
-    """A layout base whose locked stage an earlier run finished: its bar starts at two thirds of
+    """A layout base whose locked stage an earlier run finished: its bar starts at three quarters of
     the step, which this run did not do; the ETA's speed counts only what came after."""
     now = [100.0]
     seed = demo.Seed(tmp_path, 0, _args(recipes=["demo_clip_ft"], base="layout"))
-    (seed.runs / demo.LOCKED / "checkpoints" / "epoch_2").mkdir(parents=True)
+    (seed.runs / demo.LOCKED / "checkpoints" / "epoch_3").mkdir(parents=True)
     overall = demo.Overall([seed], slots=2, clock=lambda: now[0])
     assert overall.units[(0, "base model")][2] is None
     left = sum(e for e, _, _ in overall.units.values())
     now[0] += 30.0
     seed.show_progress("base model", "epoch 1/1:  10%|#         | 32/320 [00:09<01:20, 3step/s]", "demo_pretrain")
     first = overall.units[(0, "base model")][1]
-    assert first == pytest.approx(2 / 3 + 1 / 30) and overall.eta() == pytest.approx(left - demo.LAYOUT_BASE_S * first)
-    now[0] += 30.0  # the next tenth of the free stage in 30 s: speed 30 s per LAYOUT_BASE_S / 30
+    assert first == pytest.approx(3 / 4 + 1 / 40) and overall.eta() == pytest.approx(left - demo.LAYOUT_BASE_S * first)
+    now[0] += 30.0  # the next tenth of the free stage in 30 s: speed 30 s per LAYOUT_BASE_S / 40
     seed.show_progress("base model", "epoch 1/1:  20%|##        | 64/320 [00:19<01:10, 3step/s]", "demo_pretrain")
-    done = demo.LAYOUT_BASE_S / 30
-    assert overall.eta() == pytest.approx((left - demo.LAYOUT_BASE_S * (first + 1 / 30)) * 60.0 / done)
+    done = demo.LAYOUT_BASE_S / 40
+    assert overall.eta() == pytest.approx((left - demo.LAYOUT_BASE_S * (first + 1 / 40)) * 60.0 / done)
     fresh = demo.Seed(tmp_path / "fresh", 0, _args(recipes=["demo_clip_ft"], base="layout"))
     assert demo.Overall([fresh], slots=2).units[(0, "base model")][2] == 0.0
 

@@ -21,9 +21,10 @@ from compclip.datagen.world.cli import build, main
 from compclip.datagen.world.edits import mirror_scene
 from compclip.datagen.world.layout import Layout, Placed
 from compclip.datagen.world.scene import Obj
+from compclip.datagen.world.vocab import COLOURS, SHAPES
 from compclip.datagen.world import shards
-from compclip.datagen.world.shards import (leftright_samples, make_sample, object_pool_bindings, train_scene,
-                                          write_train_set)
+from compclip.datagen.world.shards import (leftright_samples, make_sample, object_couple_bindings,
+                                          object_pool_bindings, train_scene, write_train_set)
 
 SCALE = 0.1
 TRAIN = 120
@@ -265,6 +266,38 @@ def test_pool_per_shard_is_a_recorded_build_option_that_needs_a_pool(tmp_path, c
     assert json.loads((tmp_path / "w" / "build_options.json").read_text())["options"]["--pool-per-shard"] is True
     assert len(json.loads((tmp_path / "w" / "train" / "manifest.json").read_text())["features"]["object_pool"]) == 2
     assert main(args + ["--object-pool", "5", "--max-count", "3"]) == 2
+
+
+def test_object_couples_pair_every_trainable_binding_and_each_scene_shows_its_couple(tmp_path):
+    split = Split.make(1)
+    couples = object_couple_bindings(1, split)
+    assert couples == object_couple_bindings(1, split) != object_couple_bindings(2, split)
+    bindings = [b for c in couples for b in c]
+    allowed = {(c, s) for c in COLOURS for s in SHAPES} - split.bindings
+    assert len(couples) == 15 and len(bindings) == len(set(bindings)) and set(bindings) == allowed
+    held = {(a, b) for a, rel, b in split.relations if rel == "left"}
+    assert not any((x[1], y[1]) in held or (y[1], x[1]) in held for x, y in couples)
+    manifest = write_train_set(tmp_path, 40, 1, split, partner="mirrored", object_couples=True,
+                               shard_size=50, progress=False)
+    assert manifest["features"]["object_couples"] == [[list(b) for b in c] for c in couples]
+    samples = list(_samples(tmp_path))
+    assert len(samples) == 40
+    for s in samples:
+        couple = set(couples[int(s.key) % len(couples)])
+        for caption in (s.caption, s.partner.caption):
+            assert {o.binding for o in parse(caption).objects} == couple, caption
+    with pytest.raises(ValueError, match="object_couples and object_pool"):
+        write_train_set(tmp_path / "x", 5, 1, split, object_couples=True, object_pool=6, progress=False)
+
+
+def test_object_couples_is_a_recorded_build_option_refused_with_a_pool(tmp_path, capsys):
+    args = ["build", "--out", str(tmp_path / "w"), "--train-size", "6", "--bench-scale", "0.02", "--quiet"]
+    assert main(args + ["--object-couples", "--object-pool", "6"]) == 2
+    assert "--object-couples and --object-pool: give one" in capsys.readouterr().err
+    assert main(args + ["--object-couples", "--leftright-fraction", "1"]) == 0
+    assert json.loads((tmp_path / "w" / "build_options.json").read_text())["options"]["--object-couples"] is True
+    for s in _samples(tmp_path / "w" / "train"):
+        assert len(parse(s.caption).objects) == 2, s.caption
 
 
 def test_fixed_order_names_a_left_right_pairs_objects_in_one_order(tmp_path):

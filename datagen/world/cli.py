@@ -7,6 +7,8 @@ and every benchmark set.
                                 left/right relation, the others none; --object-pool K: the
                                 scenes of every training set hold only K bindings;
                                 --pool-per-shard: K bindings of their own per shard;
+                                --object-couples: every binding, paired in fixed couples,
+                                a scene showing one couple;
                                 --fixed-order: a caption stating left/right names its two
                                 objects in one fixed order)
     DIR/train_generated/        with --partners generated|all: + negatives + generated partners
@@ -49,10 +51,12 @@ MAX_POOL = len(COLOURS) * len(SHAPES) - min(len(COLOURS), len(SHAPES))  # less t
 def build_options(seed: int, train_size: int, size: int, negatives: bool, partners: str,
                   bench_scale: float, max_count: int, leftright_fraction: float | None = None,
                   object_pool: int | None = None, fixed_order: bool = False,
-                  pool_per_shard: bool = False, mirrored_order: str = "same") -> dict:
+                  pool_per_shard: bool = False, mirrored_order: str = "same",
+                  object_couples: bool = False) -> dict:
     """The options of `build` that change what it writes, by their command-line names
-    (`--leftright-fraction`, `--object-pool`, `--pool-per-shard`, `--fixed-order` and
-    `--mirrored-order` only when given, so a build without them records what it always did)."""
+    (`--leftright-fraction`, `--object-pool`, `--pool-per-shard`, `--object-couples`,
+    `--fixed-order` and `--mirrored-order` only when given, so a build without them records what
+    it always did)."""
     options = {"--seed": seed, "--train-size": train_size, "--size": size, "--negatives": negatives,
                "--partners": partners, "--bench-scale": bench_scale, "--max-count": max_count}
     if leftright_fraction is not None:
@@ -61,6 +65,8 @@ def build_options(seed: int, train_size: int, size: int, negatives: bool, partne
         options["--object-pool"] = object_pool
     if pool_per_shard:
         options["--pool-per-shard"] = True
+    if object_couples:
+        options["--object-couples"] = True
     if fixed_order:
         options["--fixed-order"] = True
     if mirrored_order != "same":
@@ -70,7 +76,10 @@ def build_options(seed: int, train_size: int, size: int, negatives: bool, partne
 
 def check_options(train_size: int, size: int, partners: str, bench_scale: float, max_count: int,
            leftright_fraction: float | None = None, object_pool: int | None = None,
-           pool_per_shard: bool = False) -> None:
+           pool_per_shard: bool = False, object_couples: bool = False) -> None:
+    if object_couples and object_pool is not None:
+        raise InputError("--object-couples and --object-pool: give one (each says which objects "
+                         "a training scene holds)")
     if pool_per_shard and object_pool is None:
         raise InputError("--pool-per-shard: give --object-pool K too (the bindings of each shard's scenes)")
     if object_pool is not None and not MIN_POOL <= object_pool <= MAX_POOL:
@@ -96,17 +105,18 @@ def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
           bench_scale: float = 1.0, shard_size: int = 1000, progress: bool = True,
           leftright_fraction: float | None = None, object_pool: int | None = None,
           fixed_order: bool = False, pool_per_shard: bool = False,
-          mirrored_order: str = "same") -> dict:
+          mirrored_order: str = "same", object_couples: bool = False) -> dict:
     """Write everything for one seed under `out`; returns the run summary (also world.json).
     `shard_size`: samples per shard (`--max-count`); `leftright_fraction`: the share of
     DIR/train's captions that state a left/right relation (None: the world's own mix);
     `object_pool`: the training sets' scenes hold only that many bindings (None: any), the same
-    ones throughout or, with `pool_per_shard`, their own per shard;
+    ones throughout or, with `pool_per_shard`, their own per shard; `object_couples`: every
+    binding, paired by the seed, a scene showing one couple;
     `fixed_order`: the training sets' left/right captions name their objects in one fixed order;
     `mirrored_order`: DIR/train_mirrored's partner captions keep the anchor's argument order
     ("same") or draw it ("drawn")."""
     check_options(train_size, size, partners, bench_scale, shard_size, leftright_fraction, object_pool,
-           pool_per_shard)
+           pool_per_shard, object_couples)
     from compclip.datagen.outlock import hold
     from compclip.shardset.shards import pin_options
     from compclip.datagen.world.bank import write_object_bank
@@ -118,7 +128,7 @@ def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
         options = pin_options(out, build_options(seed, train_size, size, negatives, partners,
                                                  bench_scale, shard_size, leftright_fraction,
                                                  object_pool, fixed_order, pool_per_shard,
-                                                 mirrored_order), OPTIONS)
+                                                 mirrored_order, object_couples), OPTIONS)
         kinds = list(PARTNERS) if partners == "all" else [] if partners == "none" else [partners]
         split = Split.make(seed)
         split.save(out, seed=seed)
@@ -144,7 +154,7 @@ def build(out: str | Path, seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
                 partner=kind, shard_size=shard_size, progress=progress,
                 leftright_fraction=leftright_fraction if kind is None else None,
                 object_pool=object_pool, fixed_order=fixed_order, pool_per_shard=pool_per_shard,
-                mirrored_order=mirrored_order))
+                mirrored_order=mirrored_order, object_couples=object_couples))
             summary["sets"][name] = sum(s["samples"] for s in manifest["shards"])
         bank = timed("object_bank", lambda: write_object_bank(
             out / "object_bank", size=size, seed=seed, exclude=split.bindings))
@@ -184,6 +194,10 @@ def build_parser(prog: str = "python -m datagen world"):
     b.add_argument("--pool-per-shard", action="store_true",
                    help="with --object-pool K: each shard's scenes hold K bindings of their own (chosen by "
                         "the seed and the shard's number), so the pool changes as shards are read")
+    b.add_argument("--object-couples", action="store_true",
+                   help="the scenes of every training set show two objects, one of the fixed couples the "
+                        "seed pairs every trainable binding into, so all bindings appear and a scene's "
+                        "mirror image still meets it in ordinary batches (as with --object-pool 6)")
     b.add_argument("--fixed-order", action="store_true",
                    help="every training caption that states a left/right relation names its two objects "
                         "in one fixed order (by colour, then shape), so the relation word alone tells a "
@@ -227,7 +241,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m datagen world") -
                             args.partners, args.bench_scale, args.max_count, progress=not args.quiet,
                             leftright_fraction=args.leftright_fraction, object_pool=args.object_pool,
                             fixed_order=args.fixed_order, pool_per_shard=args.pool_per_shard,
-                            mirrored_order=args.mirrored_order)
+                            mirrored_order=args.mirrored_order, object_couples=args.object_couples)
             print(json.dumps(summary, indent=1))  # results on stdout (docs/cli.md)
             return 0
         return run(work)

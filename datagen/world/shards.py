@@ -27,6 +27,11 @@ in ordinary batches; negatives and generated partners may still name other objec
 skipped) draws its own K bindings, seeded by the block's number: a shard holds K bindings and
 the set more, so read shard by shard the pool changes over training.
 
+`object_couples` pairs the training bindings into fixed couples, chosen by the seed
+(`object_couple_bindings`), and sample `i`'s scene shows couple `i mod` their number (two objects):
+every binding appears, yet only as many pairs of objects as a pool of six holds, so a scene and
+its mirror image still meet in ordinary batches.
+
 `fixed_order` words every caption whose first clause states a left/right relation with its two
 objects in one fixed order (`fixed_order_style`: by colour, shape, size), so that a scene and its
 mirror image are captioned "A left of B" / "A right of B": the relation word alone tells them
@@ -90,6 +95,21 @@ def object_pool_bindings(seed: int, k: int, split: Split,
     return tuple(random.Random(tag).sample(allowed, k))
 
 
+def object_couple_bindings(seed: int, split: Split) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """The bindings training may show, paired into couples by the seed (`object_couples`); no
+    couple's two shapes form a held-out left/right triple, which no side-by-side image could avoid
+    showing in itself or in its mirror image."""
+    allowed = [(c, s) for c in COLOURS for s in SHAPES if (c, s) not in split.bindings]
+    held = {(a, b) for a, rel, b in split.relations if rel == "left"}
+    rng = random.Random(f"world-couples:{seed}")
+    for _ in range(MAX_SCENE_TRIES):
+        rng.shuffle(allowed)
+        couples = tuple(tuple(allowed[k:k + 2]) for k in range(0, len(allowed) - 1, 2))
+        if not any((a[1], b[1]) in held or (b[1], a[1]) in held for a, b in couples):
+            return couples
+    raise ValueError(f"no pairing of the training bindings avoids the held-out relations {sorted(held)}")
+
+
 def train_scene(rng: random.Random, split: Split, size: int, horizontal: bool = False,
                 no_leftright: bool = False,
                 bindings: Optional[Sequence[tuple[str, str]]] = None) -> tuple[Scene, Layout]:
@@ -98,6 +118,8 @@ def train_scene(rng: random.Random, split: Split, size: int, horizontal: bool = 
     `bindings`: the objects it may hold (None: any)."""
     for _ in range(MAX_SCENE_TRIES):
         n = 3 if rng.random() < 0.2 else 2
+        if bindings is not None:
+            n = min(n, len(bindings))  # a couple: two objects
         scene = random_scene(rng, n_objects=n, related=horizontal or rng.random() < 0.85,
                              bindings=bindings)
         if horizontal and scene.relations[0].relation not in ("left", "right"):
@@ -189,7 +211,7 @@ def write_train_set(out_dir: str | Path, n: int, seed: int, split: Split, size: 
                     shard_size: int = 1000, progress: bool = True,
                     leftright_fraction: Optional[float] = None, object_pool: Optional[int] = None,
                     fixed_order: bool = False, pool_per_shard: bool = False,
-                    mirrored_order: str = "same") -> dict:
+                    mirrored_order: str = "same", object_couples: bool = False) -> dict:
     """Write (or resume) a training shard set of `n` samples; returns the manifest."""
     out_dir = Path(out_dir)
     features = {"negatives": bool(with_negatives or partner == "generated"),
@@ -212,6 +234,11 @@ def write_train_set(out_dir: str | Path, n: int, seed: int, split: Split, size: 
     elif object_pool is not None:
         pools = [object_pool_bindings(seed, object_pool, split)]
         features["object_pool"] = [list(b) for b in pools[0]]
+    couples = object_couple_bindings(seed, split) if object_couples else ()
+    if couples:
+        if object_pool is not None:
+            raise ValueError("object_couples and object_pool: give one (each says which objects a scene holds)")
+        features["object_couples"] = [[list(b) for b in c] for c in couples]
     if fixed_order:
         features["fixed_order"] = True
     if mirrored_order != "same" and partner == "mirrored":
@@ -229,6 +256,8 @@ def write_train_set(out_dir: str | Path, n: int, seed: int, split: Split, size: 
         for position in range(start, n):
             i = int(perm[position])
             bindings = pools[position // shard_size] if pool_per_shard else pools[0]
+            if couples:
+                bindings = couples[i % len(couples)]
             sample = make_sample(i, seed, split, size, with_negatives, partner,
                                  None if lr_set is None else i in lr_set, bindings, fixed_order,
                                  mirrored_order)
