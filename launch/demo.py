@@ -8,16 +8,14 @@ For each seed, everything under `<out>/seed-<s>/`:
    training shards with scene-edit negatives (swap / replace / add on objects, attributes,
    relations), a copy with generated partner images, a set of left/right scenes with their
    mirrored partners (`train_mirrored`), and every benchmark set.
-2. `layout_world/` and `pretrained.pt`, the stand-in for the pretrained CLIP weights the papers
-   start from, which like CLIP's carries a weak left/right signal (docs/demo.md, "The base
-   model"): a second world whose training scenes show the 30 trainable bindings in 15 fixed
-   couples, every caption states its left/right relation in one argument order, and each
-   mirrored partner's caption draws its order (`LAYOUT_WORLD`); the base trains on it, first
-   `recipes/demo_pretrain_locked.yaml` (the text tower locked, 960 steps), then
-   `recipes/demo_pretrain.yaml` for one epoch from its last checkpoint (320 steps); and
+2. `pretrained.pt`: `recipes/demo_pretrain.yaml`, plain CLIP training from random weights, the
+   stand-in for the pretrained CLIP weights the papers start from. `--base layout` (docs/demo.md,
+   "The left-right setting") adds a second world, `layout_world/`, whose training scenes show the
+   30 trainable bindings in 15 fixed couples, every caption states its left/right relation in one
+   argument order, and each mirrored partner's caption draws its order (`LAYOUT_WORLD`); the base
+   trains on it, first `recipes/demo_pretrain_locked.yaml` (the text tower locked, 960 steps),
+   then `recipes/demo_pretrain.yaml` for one epoch from its last checkpoint (320 steps); and
    `demo_leftright` takes its pairs from its `train_mirrored`. Every other step uses `world/`.
-   `--base plain`: no second world; `recipes/demo_pretrain.yaml` alone on `world/` (plain CLIP
-   training from random weights, the demo's base until 2026-11-27).
 3. `world/train_negclip/`: NegCLIP's data, NegCLIP's own swap negatives (`python -m datagen
    negatives generate --rules negclip --mode all --cap 64 --require-negative`: every swap its
    authors' script can make, captions without one left out as the script did) and the K=3
@@ -81,7 +79,7 @@ LAYOUT_WORLD = ["--object-couples", "--fixed-order", "--mirrored-order", "drawn"
 LOCKED = "demo_pretrain_locked"  # `--base layout`: the base's first stage
 # `--base layout`: the base model's expected seconds (bench/results/demo_wall_time.md, 2026-11-27),
 # and the share of that step each of its two runs' bars stands for (960 + 320 steps)
-LAYOUT_BASE_S = 290.0
+LAYOUT_BASE_S = 265.0
 LAYOUT_STAGES = {LOCKED: (0.0, 3 / 4), "demo_pretrain": (3 / 4, 1.0)}
 # the training sets of each recipe; with `--base layout` the base's sets and `train_mirrored` come
 # from `layout_world/` (`Seed.shards`)
@@ -889,11 +887,12 @@ def build_parser():
                              "larger-architecture run of docs/demo.md, with --size 96)")
     parser.add_argument("--size", type=int, default=64,
                         help="image side of the world in pixels (the architecture's image size)")
-    parser.add_argument("--base", choices=("plain", "layout"), default="layout",
-                        help="layout (default): a base trained, text tower locked first, on a second "
+    parser.add_argument("--base", choices=("plain", "layout"), default="plain",
+                        help="plain: one stage of plain CLIP training on the world's own caption "
+                             "mix; layout: a base trained, text tower locked first, on a second "
                              "world of fixed object couples whose captions state their left/right "
-                             "relation in one order, whose mirrored scenes are the pairs'; plain: one "
-                             "stage of plain CLIP training on the world's own caption mix (docs/demo.md)")
+                             "relation in one order, whose mirrored scenes are the pairs' (docs/demo.md, "
+                             "the left-right setting)")
     parser.add_argument("--leftright-fraction", type=float, default=None, metavar="F",
                         help="share of the base model's world's training captions that state a "
                              "left/right relation (world build); default: the world's own mix "

@@ -88,8 +88,8 @@ def test_layout_base_builds_its_world_and_trains_the_base_in_two_stages(demo, tm
     """`--base layout`: a second world, `layout_world/`, gets the layout options (a fraction given
     goes to it and still wins; `world/` is the plain demo's); the base trains on it, the locked-text
     recipe, then `demo_pretrain` for one epoch from its last checkpoint; `demo_leftright` takes its
-    pairs from it and every other training set from `world/`; `--base layout` is the default;
-    `--base plain` runs `demo_pretrain` alone on the world's own mix."""
+    pairs from it and every other training set from `world/`; `--base plain` (the default) runs
+    `demo_pretrain` alone on the world's own mix."""
     import yaml
     from compclip.models.checkpoint import sidecar_path
     seed = demo.Seed(tmp_path / "layout", 0, _args(base="layout", recipes=list(demo.FINETUNES)))
@@ -133,7 +133,7 @@ def test_layout_base_builds_its_world_and_trains_the_base_in_two_stages(demo, tm
         recipe["schedule"].pop("epochs"), recipe["eval"].pop("benchmarks")
     assert {k: v for k, v in locked.items() if k not in ("name", "model")} == \
         {k: v for k, v in plain_recipe.items() if k not in ("name", "model")}
-    assert demo.build_parser().parse_args([]).base == "layout"
+    assert demo.build_parser().parse_args([]).base == "plain"
     plain = demo.Seed(tmp_path / "plain", 0, _args(base="plain"))
     plain.run = lambda name, cmd, threads=2, step="": ran.append((name, cmd))
     plain.build_world()
