@@ -38,7 +38,7 @@ import torch  # noqa: E402
 from bench.common import RESULTS_DIR, log, write_result  # noqa: E402
 from compclip.datagen.world.benchmarks import BenchSizes, write_benchmarks  # noqa: E402
 from compclip.datagen.world.scene import Scene  # noqa: E402
-from compclip.datagen.world.splits import Split  # noqa: E402
+from compclip.datagen.world.splits import Split, choose_relations  # noqa: E402
 from compclip.datagen.world.vocab import COLOURS, SHAPES  # noqa: E402
 from demo import FINETUNES, METRICS, summarise_metrics, tables  # noqa: E402  (launch/demo.py)
 from compclip.eval.api import evaluate  # noqa: E402
@@ -69,11 +69,7 @@ class SeenSplit(Split):
         triples = [(a, r, b) for a in SHAPES for b in SHAPES if a != b for r in ("left", "above")
                    if (a, r, b) not in unseen]
         rng.shuffle(triples)
-        chosen: list[tuple[str, str, str]] = []
-        for t in triples:
-            if (t[2], t[1], t[0]) not in chosen and len(chosen) < n_relations:
-                chosen.append(t)
-        return cls(bindings, frozenset(chosen), avoid)
+        return cls(bindings, choose_relations(triples, n_relations), avoid)
 
     def heldout_scene(self, rng: random.Random, need: str = "any", **kwargs) -> Scene:
         for _ in range(10_000):

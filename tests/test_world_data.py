@@ -530,3 +530,38 @@ def test_a_larger_vg_relation_keeps_the_smaller_ones_items_first(tmp_path):
         rel = path.relative_to(a)
         if rel.name not in ("visual_genome_relation.json", "world_benchmarks.json") and not rel.name.startswith("vgr_"):
             assert path.read_bytes() == (b / rel).read_bytes(), rel
+
+
+def test_every_split_holds_out_both_axes():
+    """VG-Relation states left/right and above/below: every seed's split holds out a triple on each
+    axis (four in all, never both orders of one pair), so every seed builds its benchmarks; seeds
+    that already drew both keep their triples (seed 0's: the demo's records)."""
+    import random
+    changed = 0
+    for seed in range(500):
+        relations = Split.make(seed).relations
+        assert {t[1] for t in relations} == {"left", "above"} and len(relations) == 4, seed
+        assert not any((c, r, a) in relations for a, r, c in relations), seed
+        rng = random.Random(f"world-split:{seed}")  # the draw before the rule: first four, one order per pair
+        rng.shuffle(list(SHAPES))
+        triples = [(a, rel, b) for a in SHAPES for b in SHAPES if a != b for rel in ("left", "above")]
+        rng.shuffle(triples)
+        drawn: list = []
+        for t in triples:
+            if (t[2], t[1], t[0]) not in drawn and len(drawn) < 4:
+                drawn.append(t)
+        if {t[1] for t in drawn} == {"left", "above"}:
+            assert relations == frozenset(drawn), seed
+        else:
+            changed += 1
+    assert 0 < changed < 50 and ("star", "left", "cross") in Split.make(0).relations
+
+
+def test_vg_relation_refuses_a_split_without_an_axis(tmp_path):
+    """A split (e.g. a hand-written split.json) with no above/below triple: a clear error, not a
+    search that never ends."""
+    from compclip.datagen.world.benchmarks import _Builder, write_aro
+    split = Split(Split.make(0).bindings, frozenset({("star", "left", "cross")}))
+    (tmp_path / "aro").mkdir()
+    with pytest.raises(ValueError, match="above"):
+        write_aro(_Builder(tmp_path, split, seed=0, size=32, progress=False), n_relation=4, n_attribution=0, n_order=0)

@@ -239,6 +239,11 @@ def write_aro(b: _Builder, n_relation: int, n_attribution: int, n_order: int) ->
     rng = b.rng("vg-relation")
     items = []
     relations = list(VG_RELATION_NAMES)
+    held = {t[1] for t in b.split.relations}
+    missing = sorted(r for r in relations[:n_relation] if r not in held and INVERSE[r] not in held)
+    if missing:
+        raise ValueError(f"the split holds out no relation triple stated as {missing}, so no VG-Relation "
+                         f"item can state it; held out: {sorted(b.split.relations)}")
     for i in range(n_relation):
         rel = relations[i % len(relations)]
         while True:  # a held-out relation triple, stated as `rel`

@@ -34,11 +34,7 @@ class Split:
         bindings = frozenset(zip(COLOURS, shapes))  # a matching: each colour and shape once
         triples = [(a, rel, b) for a in SHAPES for b in SHAPES if a != b for rel in ("left", "above")]
         rng.shuffle(triples)
-        chosen: list[tuple[str, str, str]] = []
-        for t in triples:  # never hold out both orders of one pair
-            if (t[2], t[1], t[0]) not in chosen and len(chosen) < n_relations:
-                chosen.append(t)
-        return cls(bindings, frozenset(chosen))
+        return cls(bindings, choose_relations(triples, n_relations))
 
     # ------------------------------------------------------------------ held-out facts
     def spec_heldout(self, scene: Scene) -> set[tuple]:
@@ -97,6 +93,19 @@ class Split:
         data = json.loads((path / SPLIT_FILE if path.is_dir() else path).read_text())
         return cls(frozenset(tuple(b) for b in data["heldout_bindings"]),
                    frozenset(tuple(t) for t in data["heldout_relations"]))
+
+
+def choose_relations(triples: list[tuple[str, str, str]], n: int) -> frozenset[tuple[str, str, str]]:
+    """The first `n` of the (shuffled) `triples`, never both orders of one pair, with each axis
+    ("left", "above") at least once: VG-Relation states both."""
+    chosen: list[tuple[str, str, str]] = []
+    for t in triples:
+        if (t[2], t[1], t[0]) not in chosen and len(chosen) < n:
+            chosen.append(t)
+    for kind in ("left", "above"):
+        if not any(t[1] == kind for t in chosen):
+            chosen[-1] = next(t for t in triples if t[1] == kind)
+    return frozenset(chosen)
 
 
 def _around(triple: tuple[str, str, str], scene: Scene, rng: random.Random) -> Scene | None:
