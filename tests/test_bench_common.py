@@ -387,3 +387,20 @@ def test_bench_eval_epochs_needs_a_later_evaluation(monkeypatch, capsys):
     with pytest.raises(SystemExit) as err:
         bench_eval_epochs.main()
     assert err.value.code == 2 and "--evals must be at least 2" in capsys.readouterr().err
+
+
+def test_leftright_shape_pairs_asks_each_pair_of_shapes_only_about_itself(tmp_path):
+    """bench_leftright_shape_pairs: one VG-Relation set per pair of shapes (15), its left/right
+    items naming exactly that pair, true against the arguments swapped."""
+    from bench.bench_leftright_shape_pairs import pair_sets
+    from compclip.datagen.world.splits import Split
+    roots = pair_sets(Split.make(0), seed=0, items=4, work=tmp_path)
+    assert len(roots) == 15
+    for pair, root in roots.items():
+        items = [x for x in json.loads((root / "aro" / "visual_genome_relation.json").read_text())
+                 if x["relation_name"] in ("to the left of", "to the right of")]
+        assert len(items) == 4 and sum(x["relation_name"] == "to the left of" for x in items) == 2
+        for x in items:
+            assert " / ".join(sorted((x["obj1_name"].split()[-1], x["obj2_name"].split()[-1]))) == pair
+            assert x["false_caption"] == x["true_caption"].replace(x["obj1_name"], "\0").replace(
+                x["obj2_name"], x["obj1_name"]).replace("\0", x["obj2_name"])
