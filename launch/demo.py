@@ -10,12 +10,14 @@ For each seed, everything under `<out>/seed-<s>/`:
    mirrored partners (`train_mirrored`), and every benchmark set.
 2. `pretrained.pt`: `recipes/demo_pretrain.yaml`, plain CLIP training from random weights, the
    stand-in for the pretrained CLIP weights the papers start from. `--base layout` (docs/demo.md,
-   "The left-right setting") adds a second world, `layout_world/`, whose training scenes show the
-   30 trainable bindings in 15 fixed couples, every caption states its left/right relation in one
-   argument order, and each mirrored partner's caption draws its order (`LAYOUT_WORLD`); the base
-   trains on it, first `recipes/demo_pretrain_locked.yaml` (the text tower locked, 960 steps),
-   then `recipes/demo_pretrain.yaml` for one epoch from its last checkpoint (320 steps); and
-   `demo_leftright` takes its pairs from its `train_mirrored`. Every other step uses `world/`.
+   "The left-right setting") adds two worlds whose every training caption states its scene's
+   left/right relation in one argument order: `lock_world/`, scenes of six bindings
+   (`LOCK_WORLD`), and `layout_world/`, the 30 trainable bindings in 15 fixed couples, each
+   mirrored partner's caption drawing its order (`LAYOUT_WORLD`). The base trains first
+   `recipes/demo_pretrain_locked.yaml` on `lock_world/` (the text tower locked, 960 steps), then
+   `recipes/demo_pretrain.yaml` on `layout_world/` for one epoch from its last checkpoint (320
+   steps); `demo_leftright` takes its pairs from `layout_world/train_mirrored`. Every other step
+   uses `world/`.
 3. `world/train_negclip/`: NegCLIP's data, NegCLIP's own swap negatives (`python -m datagen
    negatives generate --rules negclip --mode all --cap 64 --require-negative`: every swap its
    authors' script can make, captions without one left out as the script did) and the K=3
@@ -67,22 +69,27 @@ LONGEST_FIRST = ("demo_negclip", "demo_trohn_img", "demo_trohn_text", "demo_left
 # the 3-seed runs of 2026-11-27 at 76af771 and its child: world 20-31 s, base model 3.4-3.7 min,
 # NegCLIP data 24-29 s, start numbers 11-14 s, the five finetunes 10.7-11.4 min, two at a time);
 # the overall ETA scales them by this run's speed so far
-EXPECTED_S = {"world": 25.0, "layout world": 25.0, "base model": 215.0, "NegCLIP data": 28.0,
+EXPECTED_S = {"world": 25.0, "layout world": 36.0, "base model": 215.0, "NegCLIP data": 28.0,
               "start numbers": 12.0}
 # one finetune's seconds on one thread (two run at a time; `--base layout`, seeds 1 and 2)
 FINETUNE_S = {"demo_negclip": 360.0, "demo_trohn_img": 300.0, "demo_trohn_text": 200.0,
               "demo_leftright": 185.0, "demo_clip_ft": 155.0}
-# `--base layout`: the options of `layout_world/`, the world of the base and of the pairs
-# (docs/demo_leftright.md, experiments (11), (13), (17) and (23)); `--leftright-fraction` given
-# replaces the fraction
+# `--base layout`: the options of `layout_world/`, the world of the base's second stage and of the
+# pairs (docs/demo_leftright.md, experiments (11), (13), (17) and (23)); `--leftright-fraction`
+# given replaces the fraction here and in `LOCK_WORLD`
 LAYOUT_WORLD = ["--object-couples", "--fixed-order", "--mirrored-order", "drawn", "--leftright-fraction", "1"]
+# `--base layout`: the options of `lock_world/`, the world of the base's first stage: six
+# bindings, where the locked stage finds the left/right signal in every seed measured
+# (docs/demo_leftright.md (28), (29))
+LOCK_WORLD = ["--object-pool", "6", "--fixed-order", "--mirrored-order", "drawn", "--leftright-fraction", "1"]
 LOCKED = "demo_pretrain_locked"  # `--base layout`: the base's first stage
-# `--base layout`: the base model's expected seconds (bench/results/demo_wall_time.md, 2026-11-27),
-# and the share of that step each of its two runs' bars stands for (960 + 320 steps)
-LAYOUT_BASE_S = 265.0
+# `--base layout`: the expected seconds of the two layout worlds and of the base model
+# (bench/results/demo_wall_time.md, 2026-11-27), and the share of that step each of its two runs'
+# bars stands for (960 + 320 steps)
+LAYOUT_BASE_S = 285.0
 LAYOUT_STAGES = {LOCKED: (0.0, 3 / 4), "demo_pretrain": (3 / 4, 1.0)}
 # the training sets of each recipe; with `--base layout` the base's sets and `train_mirrored` come
-# from `layout_world/` (`Seed.shards`)
+# from `lock_world/` and `layout_world/` (`Seed.shards`)
 TRAIN_SET = {"demo_pretrain": ["train"], LOCKED: ["train"], "demo_clip_ft": ["train"], "demo_negclip": ["train_negclip"],
              "demo_trohn_text": ["train"], "demo_trohn_img": ["train_generated"],
              "demo_leftright": ["train", "train_mirrored"]}
@@ -207,6 +214,7 @@ class Seed:
         self.dir = out / f"seed-{seed}"
         self.world, self.runs, self.logs = self.dir / "world", self.dir / "runs", self.dir / "logs"
         self.layout_world = self.dir / "layout_world"  # `--base layout` only
+        self.lock_world = self.dir / "lock_world"  # `--base layout` only
         self.base = self.dir / "pretrained.pt"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.overall: Overall | None = None
@@ -217,7 +225,8 @@ class Seed:
         """(step, already done) for every step of this seed, in order."""
         steps = [("world", (self.world / "world.json").is_file())]
         if self.args.base == "layout":
-            steps.append(("layout world", (self.layout_world / "world.json").is_file()))
+            steps.append(("layout world", (self.layout_world / "world.json").is_file()
+                          and (self.lock_world / "world.json").is_file()))
         steps.append(("base model", self.base.is_file()))
         if "demo_negclip" in self.args.recipes:
             steps.append(("NegCLIP data", self.negclip_data_done()))
@@ -318,12 +327,14 @@ class Seed:
         return cmd
 
     def shards(self, recipe: str) -> list[Path]:
-        """The recipe's training sets: `world/`'s, but with `--base layout` the base's training set
-        and the pairs' `train_mirrored` are `layout_world/`'s."""
+        """The recipe's training sets: `world/`'s, but with `--base layout` the base's first stage
+        trains on `lock_world/` and its second stage and the pairs' `train_mirrored` on
+        `layout_world/`."""
+        if self.args.base == "layout" and recipe == LOCKED:
+            return [self.lock_world / name for name in TRAIN_SET[recipe]]
         layout = self.args.base == "layout"
-        base = recipe in ("demo_pretrain", LOCKED)
-        return [self.layout_world / name if layout and (base or name == "train_mirrored") else self.world / name
-                for name in TRAIN_SET[recipe]]
+        return [self.layout_world / name if layout and (recipe == "demo_pretrain" or name == "train_mirrored")
+                else self.world / name for name in TRAIN_SET[recipe]]
 
     def done(self, recipe: str) -> bool:
         return (self.runs / recipe / "DONE").is_file()
@@ -339,26 +350,29 @@ class Seed:
         return True
 
     def build_layout_world(self) -> bool:
-        """`--base layout`: the base's world (`LAYOUT_WORLD`)."""
-        if self.args.base != "layout" or (self.layout_world / "world.json").is_file():
+        """`--base layout`: the base's two worlds, `lock_world/` (`LOCK_WORLD`) and `layout_world/`
+        (`LAYOUT_WORLD`)."""
+        todo = [kind for kind, path in (("lock", self.lock_world), ("layout", self.layout_world))
+                if self.args.base == "layout" and not (path / "world.json").is_file()]
+        if not todo:
             return False
-        log(f"seed {self.seed}: building the layout world (the base's scenes and the pairs)")
+        log(f"seed {self.seed}: building the layout worlds (the base's scenes and the pairs)")
         self.say("layout world")
-        self.run("layout_world", self.world_cmd(layout=True), step="layout world")
+        for kind in todo:
+            self.run(f"{kind}_world", self.world_cmd(kind), step="layout world")
         self.finished("layout world")
         return True
 
-    def world_cmd(self, layout: bool = False) -> list[str]:
-        """`world build` of `world/`, or with `layout` of `layout_world/`; `--leftright-fraction`
-        goes to the base's world (appended last: it wins)."""
+    def world_cmd(self, kind: str = "world") -> list[str]:
+        """`world build` of `world/`, or of `layout_world/` or `lock_world/` (`kind` "layout",
+        "lock"); `--leftright-fraction` goes to the base's worlds (appended last: it wins)."""
         a = self.args
-        cmd = [sys.executable, "-m", "compclip.datagen", "world", "build",
-               "--out", str(self.layout_world if layout else self.world),
+        out = {"world": self.world, "layout": self.layout_world, "lock": self.lock_world}[kind]
+        cmd = [sys.executable, "-m", "compclip.datagen", "world", "build", "--out", str(out),
                "--seed", str(self.seed), "--negatives", "--partners", "all",
                "--bench-scale", str(a.bench_scale), "--size", str(a.size)]
-        if layout:
-            cmd += LAYOUT_WORLD
-        if a.leftright_fraction is not None and layout == (a.base == "layout"):
+        cmd += {"world": [], "layout": LAYOUT_WORLD, "lock": LOCK_WORLD}[kind]
+        if a.leftright_fraction is not None and (kind != "world") == (a.base == "layout"):
             cmd += ["--leftright-fraction", str(a.leftright_fraction)]
         return cmd
 

@@ -85,11 +85,12 @@ def test_leftright_fraction_reaches_the_world_build_only_when_given(demo, tmp_pa
 
 
 def test_layout_base_builds_its_world_and_trains_the_base_in_two_stages(demo, tmp_path):
-    """`--base layout`: a second world, `layout_world/`, gets the layout options (a fraction given
-    goes to it and still wins; `world/` is the plain demo's); the base trains on it, the locked-text
-    recipe, then `demo_pretrain` for one epoch from its last checkpoint; `demo_leftright` takes its
-    pairs from it and every other training set from `world/`; `--base plain` (the default) runs
-    `demo_pretrain` alone on the world's own mix."""
+    """`--base layout`: two more worlds, `lock_world/` and `layout_world/`, get their options (a
+    fraction given goes to both and still wins; `world/` is the plain demo's); the base trains the
+    locked-text recipe on the first, then `demo_pretrain` for one epoch on the second from the first
+    stage's last checkpoint; `demo_leftright` takes its pairs from `layout_world/` and every other
+    training set from `world/`; `--base plain` (the default) runs `demo_pretrain` alone on the
+    world's own mix."""
     import yaml
     from compclip.models.checkpoint import sidecar_path
     seed = demo.Seed(tmp_path / "layout", 0, _args(base="layout", recipes=list(demo.FINETUNES)))
@@ -97,23 +98,28 @@ def test_layout_base_builds_its_world_and_trains_the_base_in_two_stages(demo, tm
     seed.run = lambda name, cmd, threads=2, step="": ran.append((name, cmd))
     seed.build_world()
     seed.build_layout_world()
-    assert [name for name, _ in ran] == ["world", "layout_world"]
-    main, world = ran[0][1], ran[1][1]
+    assert [name for name, _ in ran] == ["world", "lock_world", "layout_world"]
+    main, lock, world = (cmd for _, cmd in ran)
     assert main[main.index("--out") + 1] == str(seed.world)
+    assert lock[lock.index("--out") + 1] == str(seed.lock_world)
     assert world[world.index("--out") + 1] == str(seed.layout_world)
     assert main == demo.Seed(tmp_path / "layout", 0, _args()).world_cmd()  # the plain demo's world
     assert world[-len(demo.LAYOUT_WORLD):] == demo.LAYOUT_WORLD
+    assert lock[-len(demo.LOCK_WORLD):] == demo.LOCK_WORLD
     assert "--object-couples" in world and "--object-pool" not in world and "--fixed-order" in world
-    assert world[world.index("--mirrored-order") + 1] == "drawn"
+    assert lock[lock.index("--object-pool") + 1] == "6" and "--object-couples" not in lock
+    assert world[world.index("--mirrored-order") + 1] == "drawn" == lock[lock.index("--mirrored-order") + 1]
     given = demo.Seed(tmp_path / "given", 0, _args(base="layout", leftright_fraction=0.5))
-    assert given.world_cmd(layout=True)[-2:] == ["--leftright-fraction", "0.5"]
+    for kind in ("layout", "lock"):
+        assert given.world_cmd(kind)[-2:] == ["--leftright-fraction", "0.5"]
     assert "--leftright-fraction" not in given.world_cmd()
     assert "layout world" in dict(seed.step_status())
     assert "layout world" not in dict(demo.Seed(tmp_path, 1, _args()).step_status())
     for recipe in demo.FINETUNES + ("demo_pretrain", demo.LOCKED):
         shards = [c for c in seed.train_cmd(recipe) if c.startswith("data.train_shards=")]
-        expected = [(seed.layout_world if recipe in ("demo_pretrain", demo.LOCKED) or name == "train_mirrored"
-                     else seed.world) / name for name in demo.TRAIN_SET[recipe]]
+        expected = [(seed.lock_world if recipe == demo.LOCKED else seed.layout_world
+                     if recipe == "demo_pretrain" or name == "train_mirrored" else seed.world) / name
+                    for name in demo.TRAIN_SET[recipe]]
         assert shards == ["data.train_shards=[" + ",".join(map(str, expected)) + "]"], recipe
         assert f"eval.data_root={seed.world / 'benchmarks'}" in seed.train_cmd(recipe)
     assert seed.shards("demo_leftright") == [seed.world / "train", seed.layout_world / "train_mirrored"]
