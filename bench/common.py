@@ -40,6 +40,27 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile")  # what picks PyTorch's CPU kernels
+
+
+def cpu_id(cpuinfo: Optional[str] = None) -> str:
+    """The CPU's family / model and SIMD extensions from /proc/cpuinfo ("family 25 model 1, avx2"):
+    the model name alone ("AMD EPYC") does not tell two machines' kernel paths apart, and a
+    different path rounds differently, so the same seed can train to other numbers."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return "unknown"
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    simd = [f for f in SIMD_FLAGS if f in flags] or ["no avx2"]
+    return f"family {fields.get('cpu family', '?')} model {fields.get('model', '?')}, {' '.join(simd)}"
+
+
 def ram_gib() -> Optional[float]:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -62,7 +83,7 @@ def gpu_name() -> Optional[str]:
 
 
 def machine_info() -> dict:
-    return {"cpu": cpu_model(), "cores": os.cpu_count(), "ram_gib": ram_gib(), "gpu": gpu_name(),
+    return {"cpu": cpu_model(), "cpu_id": cpu_id(), "cores": os.cpu_count(), "ram_gib": ram_gib(), "gpu": gpu_name(),
             "platform": platform.platform(), "load_avg": [round(x, 2) for x in os.getloadavg()]}
 
 

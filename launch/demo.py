@@ -2,22 +2,24 @@
 
     bash launch/demo.sh                          # one seed (the README's main command)
     bash launch/demo.sh --seeds 0 1 2            # several seeds: means and spread (docs/demo.md)
+    bash launch/demo.sh --base plain             # a base without left/right signal
 
 For each seed, everything under `<out>/seed-<s>/`:
 1. `world/`: the synthetic world (`python -m datagen world build --negatives --partners all`):
    training shards with scene-edit negatives (swap / replace / add on objects, attributes,
    relations), a copy with generated partner images, a set of left/right scenes with their
    mirrored partners (`train_mirrored`), and every benchmark set.
-2. `pretrained.pt`: `recipes/demo_pretrain.yaml`, plain CLIP training from random weights, the
-   stand-in for the pretrained CLIP weights the papers start from. `--base layout` (docs/demo.md,
-   "The left-right setting") adds two worlds whose every training caption states its scene's
-   left/right relation in one argument order: `lock_world/`, scenes of six bindings
-   (`LOCK_WORLD`), and `layout_world/`, the 30 trainable bindings in 15 fixed couples, each
-   mirrored partner's caption drawing its order (`LAYOUT_WORLD`). The base trains first
+2. `pretrained.pt`: the base model, the stand-in for the pretrained CLIP weights the papers
+   start from, with the weak left/right signal CLIP carries (docs/demo.md, "The left-right
+   setting"). Two more worlds of the seed state every training caption's left/right relation in
+   one argument order: `lock_world/`, scenes of six bindings (`LOCK_WORLD`), and
+   `layout_world/`, the 30 trainable bindings in 15 fixed couples, each mirrored partner's
+   caption drawing its order (`LAYOUT_WORLD`). The base trains from random weights first
    `recipes/demo_pretrain_locked.yaml` on `lock_world/` (the text tower locked, 960 steps), then
    `recipes/demo_pretrain.yaml` on `layout_world/` for one epoch from its last checkpoint (320
    steps); `demo_leftright` takes its pairs from `layout_world/train_mirrored`. Every other step
-   uses `world/`.
+   uses `world/`. `--base plain`: `recipes/demo_pretrain.yaml` alone on `world/` (plain CLIP
+   training; that base measured no left/right signal) and the pairs from `world/train_mirrored`.
 3. `world/train_negclip/`: NegCLIP's data, NegCLIP's own swap negatives (`python -m datagen
    negatives generate --rules negclip --mode all --cap 64 --require-negative`: every swap its
    authors' script can make, captions without one left out as the script did) and the K=3
@@ -901,12 +903,13 @@ def build_parser():
                              "larger-architecture run of docs/demo.md, with --size 96)")
     parser.add_argument("--size", type=int, default=64,
                         help="image side of the world in pixels (the architecture's image size)")
-    parser.add_argument("--base", choices=("plain", "layout"), default="plain",
-                        help="plain: one stage of plain CLIP training on the world's own caption "
-                             "mix; layout: a base trained, text tower locked first, on a second "
-                             "world of fixed object couples whose captions state their left/right "
-                             "relation in one order, whose mirrored scenes are the pairs' (docs/demo.md, "
-                             "the left-right setting)")
+    parser.add_argument("--base", choices=("plain", "layout"), default="layout",
+                        help="layout (default): a base with a weak left/right signal, trained with "
+                             "its text tower locked on a six-binding world whose captions state "
+                             "their left/right relation in one order, then one epoch on a world "
+                             "of fixed object couples whose mirrored scenes are the pairs' "
+                             "(docs/demo.md, the left-right setting); plain: one stage of plain "
+                             "CLIP training on the world's own caption mix")
     parser.add_argument("--leftright-fraction", type=float, default=None, metavar="F",
                         help="share of the base model's world's training captions that state a "
                              "left/right relation (world build); default: the world's own mix "

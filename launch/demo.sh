@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The offline demo (the README's main command): synthetic world -> base model -> control,
-# NegCLIP-, TROHN-Text- and TROHN-Img-style finetuning -> comparison table and plots in runs/demo/.
+# The offline demo (the README's main command): synthetic worlds -> base model -> control,
+# NegCLIP-, TROHN-Text-, TROHN-Img-style and left-right pairs finetuning -> comparison table and
+# plots in runs/demo/.
 # Options go to launch/demo.py (--seeds 0 1 2, --out DIR, ...); see docs/demo.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -404,3 +404,16 @@ def test_leftright_shape_pairs_asks_each_pair_of_shapes_only_about_itself(tmp_pa
             assert " / ".join(sorted((x["obj1_name"].split()[-1], x["obj2_name"].split()[-1]))) == pair
             assert x["false_caption"] == x["true_caption"].replace(x["obj1_name"], "\0").replace(
                 x["obj2_name"], x["obj1_name"]).replace("\0", x["obj2_name"])
+
+
+def test_cpu_id_tells_apart_machines_of_one_model_name():
+    """Two "AMD EPYC" machines of another family or SIMD set get different ids (machine_info's
+    `cpu_id`); fields are read from the first processor only."""
+    def info(family, flags):
+        one = f"model name\t: AMD EPYC\ncpu family\t: {family}\nmodel\t\t: 1\nflags\t\t: fpu {flags}\n"
+        return one + "\n" + one.replace(f": {family}", ": 99")
+    zen3 = common.cpu_id(info(25, "sse avx avx2"))
+    assert zen3 == "family 25 model 1, avx2"
+    assert common.cpu_id(info(25, "avx2 avx512f avx512_bf16")) == "family 25 model 1, avx2 avx512f avx512_bf16"
+    assert common.cpu_id(info(23, "sse")) == "family 23 model 1, no avx2"
+    assert "cpu_id" in common.machine_info()

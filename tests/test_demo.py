@@ -85,11 +85,11 @@ def test_leftright_fraction_reaches_the_world_build_only_when_given(demo, tmp_pa
 
 
 def test_layout_base_builds_its_world_and_trains_the_base_in_two_stages(demo, tmp_path):
-    """`--base layout`: two more worlds, `lock_world/` and `layout_world/`, get their options (a
-    fraction given goes to both and still wins; `world/` is the plain demo's); the base trains the
-    locked-text recipe on the first, then `demo_pretrain` for one epoch on the second from the first
-    stage's last checkpoint; `demo_leftright` takes its pairs from `layout_world/` and every other
-    training set from `world/`; `--base plain` (the default) runs `demo_pretrain` alone on the
+    """`--base layout`, the default: two more worlds, `lock_world/` and `layout_world/`, get their
+    options (a fraction given goes to both and still wins; `world/` is the plain demo's); the base
+    trains the locked-text recipe on the first, then `demo_pretrain` for one epoch on the second
+    from the first stage's last checkpoint; `demo_leftright` takes its pairs from `layout_world/`
+    and every other training set from `world/`; `--base plain` runs `demo_pretrain` alone on the
     world's own mix."""
     import yaml
     from compclip.models.checkpoint import sidecar_path
@@ -139,7 +139,7 @@ def test_layout_base_builds_its_world_and_trains_the_base_in_two_stages(demo, tm
         recipe["schedule"].pop("epochs"), recipe["eval"].pop("benchmarks")
     assert {k: v for k, v in locked.items() if k not in ("name", "model")} == \
         {k: v for k, v in plain_recipe.items() if k not in ("name", "model")}
-    assert demo.build_parser().parse_args([]).base == "plain"
+    assert demo.build_parser().parse_args([]).base == "layout"
     plain = demo.Seed(tmp_path / "plain", 0, _args(base="plain"))
     plain.run = lambda name, cmd, threads=2, step="": ran.append((name, cmd))
     plain.build_world()
@@ -605,9 +605,10 @@ def test_results_give_one_seeds_intervals_and_paired_tests_over_the_seeds(demo, 
 
 
 def _stub_steps_done(demo, seed):
-    """A seed whose world, base model, NegCLIP data and start numbers exist (their steps skip)."""
-    seed.world.mkdir(parents=True, exist_ok=True)
-    (seed.world / "world.json").write_text("{}")
+    """A seed whose worlds, base model, NegCLIP data and start numbers exist (their steps skip)."""
+    for world in (seed.world, seed.lock_world, seed.layout_world):
+        world.mkdir(parents=True, exist_ok=True)
+        (world / "world.json").write_text("{}")
     seed.base.write_bytes(b"")
     (seed.world / "train_negclip").mkdir(parents=True, exist_ok=True)
     (seed.world / "train_negclip" / "manifest.json").write_text(json.dumps({"complete": True}))
@@ -752,7 +753,7 @@ def test_curves_are_two_rows_at_a_normal_size_with_chance_on_every_panel(demo, t
 def test_a_rerun_with_every_step_done_writes_the_recorded_time_into_results(demo, tmp_path):
     """The whole `main` on a finished demo folder: nothing runs, and results.md states the
     recorded wall time of the steps (10.0 min), not this rerun's 0.0 min."""
-    args = _args(recipes=["demo_clip_ft"])
+    args = _args(recipes=["demo_clip_ft"], base="layout")  # the parser's default
     seed = demo.Seed(tmp_path / "out", 0, args)
     _stub_steps_done(demo, seed)
     for recipe in ("demo_pretrain", "demo_clip_ft"):
