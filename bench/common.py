@@ -45,8 +45,8 @@ SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile")  # what picks PyTorc
 
 def cpu_id(cpuinfo: Optional[str] = None) -> str:
     """The CPU's family / model and SIMD extensions from /proc/cpuinfo ("family 25 model 1, avx2"):
-    the model name alone ("AMD EPYC") does not tell two machines' kernel paths apart, and a
-    different path rounds differently, so the same seed can train to other numbers."""
+    the model name alone ("AMD EPYC") does not tell two machines apart, and two machines of one
+    name trained the demo's seeds to different numbers (docs/demo.md, "Same seed, same table")."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
