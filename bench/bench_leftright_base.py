@@ -159,6 +159,7 @@ def finetunes(fraction: str, args: argparse.Namespace) -> dict:
     (`--threads` threads each), on that fraction's world, as the demo runs them."""
     from types import SimpleNamespace
     import demo
+    import demo_report
     out = work_dir(fraction, args)
     world, runs = out / "world", out / "runs"
     result = {}
@@ -172,7 +173,7 @@ def finetunes(fraction: str, args: argparse.Namespace) -> dict:
             (runs / recipe / "DONE").write_text("")
         last = json.loads((runs / recipe / "eval.jsonl").read_text().splitlines()[-1])["metrics"]
         row = {k: round(last[m], 4) for k, m in METRICS.items() if m in last}
-        partner = demo.inbatch_numbers(SimpleNamespace(dir=out, runs=runs), recipe).get("partner_acc", {})
+        partner = demo_report.inbatch_numbers(SimpleNamespace(dir=out, runs=runs), recipe).get("partner_acc", {})
         row.update({f"partner_acc_{k}": round(100 * v, 1) for k, v in partner.items()})
         row.update({f"probe_{k}": v for k, v in probe(last_checkpoint(runs / recipe), world, args.pairs).items()})
         result[recipe] = row

@@ -12,12 +12,26 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def demo():
-    spec = importlib.util.spec_from_file_location("demo", ROOT / "launch" / "demo.py")
+def _launch_module(name: str):
+    """A launch/ script as a module, launch/ on the path as when it runs (demo.py imports
+    demo_report)."""
+    import sys
+    if str(ROOT / "launch") not in sys.path:
+        sys.path.insert(0, str(ROOT / "launch"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "launch" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return _launch_module("demo")
+
+
+@pytest.fixture(scope="module")
+def report():
+    return _launch_module("demo_report")
 
 
 def _args(**kw):
@@ -150,32 +164,32 @@ def test_layout_base_builds_its_world_and_trains_the_base_in_two_stages(demo, tm
     assert plain.train_cmd("demo_pretrain")[-1] != "schedule.epochs=1"
 
 
-def test_summary_uses_the_last_epoch_and_differences_to_the_control(demo, tmp_path):
+def test_summary_uses_the_last_epoch_and_differences_to_the_control(demo, report, tmp_path):
     seeds = [demo.Seed(tmp_path, s, _args()) for s in (0, 1)]
     for seed, (control, img) in zip(seeds, [(0.50, 0.60), (0.54, 0.58)]):
         for recipe in demo.FINETUNES + ("demo_pretrain",):
             last = img if recipe == "demo_trohn_img" else control
             _write_evals(seed, recipe, [0.1, last])  # the first epoch must not count
-    summary = demo.summarise(seeds)
+    summary = report.summarise(seeds, demo.FINETUNES)
     row = summary["recipes"]["demo_trohn_img"]["sugarcrepe/swap"]
     assert row["values"] == [0.60, 0.58]
     assert row["mean"] == pytest.approx(0.59)
     assert row["delta_mean"] == pytest.approx((0.10 + 0.04) / 2)
     assert row["delta_std"] == pytest.approx(0.0424264, abs=1e-6)
     assert summary["recipes"]["demo_clip_ft"]["sugarcrepe/swap"]["delta_mean"] == pytest.approx(0.0)
-    text = demo.markdown(summary, "bash launch/demo.sh --seeds 0 1", 1.0)
+    text = report.markdown(summary, "bash launch/demo.sh --seeds 0 1", 1.0)
     assert "| TROHN-Img-style | " in text and "+7.0 ± 4.2" in text and "59.0 ± 1.4" in text
     assert "–" in text  # metrics no run reported are shown as missing, not as 0
 
 
-def test_a_subset_of_finetunes_runs_and_is_summarised_alone(demo, tmp_path):
+def test_a_subset_of_finetunes_runs_and_is_summarised_alone(demo, report, tmp_path):
     seed = demo.Seed(tmp_path, 0, _args(recipes=["demo_clip_ft", "demo_trohn_text"]))
     assert [r for r, _ in seed.finetunes()] == ["demo_trohn_text", "demo_clip_ft"]  # costliest first
     for recipe in ("demo_pretrain", "demo_clip_ft", "demo_trohn_text"):
         _write_evals(seed, recipe, [0.5, 0.6 if recipe == "demo_trohn_text" else 0.55])
-    summary = demo.summarise([seed], ("demo_clip_ft", "demo_trohn_text"))
+    summary = report.summarise([seed], ("demo_clip_ft", "demo_trohn_text"))
     assert list(summary["recipes"]) == ["demo_pretrain", "demo_clip_ft", "demo_trohn_text"]
-    text = demo.markdown(summary, "bash launch/demo.sh --recipes demo_trohn_text", 1.0)
+    text = report.markdown(summary, "bash launch/demo.sh --recipes demo_trohn_text", 1.0)
     assert "| TROHN-Text-style | " in text and "+5.0" in text and "NegCLIP" not in text
 
 
@@ -220,7 +234,7 @@ def _write_run(seed, recipe: str, epochs: list[dict]) -> None:
             handle.write(json.dumps({"step": 10 * epoch, "epoch": epoch, "metrics": metrics}) + "\n")
 
 
-def test_in_batch_numbers_from_the_start_file_eval_log_and_tensorboard(demo, tmp_path):
+def test_in_batch_numbers_from_the_start_file_eval_log_and_tensorboard(demo, report, tmp_path):
     from torch.utils.tensorboard import SummaryWriter
     seed = demo.Seed(tmp_path, 0, _args())
     (seed.dir / "start").mkdir(parents=True)
@@ -230,23 +244,23 @@ def test_in_batch_numbers_from_the_start_file_eval_log_and_tensorboard(demo, tmp
     for step, value in ((5, 0.5), (10, 0.6), (15, 0.8), (20, 0.9)):
         writer.add_scalar("train/hard_negative_acc", value, step)
     writer.close()
-    row = demo.inbatch_numbers(seed, "demo_trohn_text")["hard_negative_acc"]
+    row = report.inbatch_numbers(seed, "demo_trohn_text")["hard_negative_acc"]
     assert row["val_start"] == 0.55 and row["val_end"] == 0.7
     assert row["train_first"] == pytest.approx(0.5)
     assert row["train_last"] == pytest.approx(0.85)  # steps after the previous epoch's eval (step 10)
-    assert "partner_acc" not in demo.inbatch_numbers(seed, "demo_trohn_text")
+    assert "partner_acc" not in report.inbatch_numbers(seed, "demo_trohn_text")
 
 
-def test_plots_integer_epochs_base_at_epoch_zero_chance_and_no_empty_error_bars(demo, tmp_path):
+def test_plots_integer_epochs_base_at_epoch_zero_chance_and_no_empty_error_bars(demo, report, tmp_path):
     seeds = [demo.Seed(tmp_path, 0, _args())]
     _write_run(seeds[0], "demo_pretrain", [{"bivlc/t2i": 0.3}])
     for recipe in ("demo_clip_ft", "demo_trohn_img"):
         _write_run(seeds[0], recipe, [{"bivlc/t2i": 0.4} | ({"val/partner_acc": 0.7} if recipe == "demo_trohn_img" else {})])
-    summary = demo.summarise(seeds, ("demo_clip_ft", "demo_trohn_img"))
-    comparison, curves = demo.plots(summary, seeds, tmp_path, close=False)
+    summary = report.summarise(seeds, ("demo_clip_ft", "demo_trohn_img"))
+    comparison, curves = report.plots(summary, seeds, tmp_path, close=False)
     bars = comparison.axes[0]
     assert not any(c.errorbar for c in bars.containers if hasattr(c, "errorbar") and c.errorbar)
-    assert len(bars.collections) == len(demo.METRICS)  # a dashed chance mark per metric
+    assert len(bars.collections) == len(report.METRICS)  # a dashed chance mark per metric
     t2i = curves.axes[2]
     assert [float(t) for t in t2i.get_xticks()] == [0.0, 1.0]
     first = t2i.get_lines()[0]
@@ -256,12 +270,12 @@ def test_plots_integer_epochs_base_at_epoch_zero_chance_and_no_empty_error_bars(
     assert partner.get_label() == "TROHN-Img-style" and partner.get_color() == t2i.get_lines()[1].get_color()
 
 
-def test_several_seeds_show_each_seeds_difference_to_the_control(demo, tmp_path):
+def test_several_seeds_show_each_seeds_difference_to_the_control(demo, report, tmp_path):
     seeds = [demo.Seed(tmp_path, s, _args()) for s in (0, 1, 2)]
     for seed, (control, lr) in zip(seeds, [(0.50, 0.60), (0.52, 0.50), (0.48, 0.58)]):
         for recipe in ("demo_pretrain", "demo_clip_ft", "demo_leftright"):
             _write_run(seed, recipe, [{"left_right/acc": lr if recipe == "demo_leftright" else control}])
-    text = demo.markdown(demo.summarise(seeds, ("demo_clip_ft", "demo_leftright")), "x", 1.0)
+    text = report.markdown(report.summarise(seeds, ("demo_clip_ft", "demo_leftright")), "x", 1.0)
     assert "Per-seed difference" in text and "+10.0 / -2.0 / +10.0" in text
 
 
@@ -561,7 +575,7 @@ def test_bad_arch_size_or_fraction_stops_before_anything_is_written(demo, tmp_pa
     assert not (tmp_path / "out").exists()
 
 
-def _write_items(demo, seed, recipes, accuracy: dict, n: int = 200) -> dict:
+def _write_items(report, seed, recipes, accuracy: dict, n: int = 200) -> dict:
     """Each run's last evaluation as the trainer leaves it: its `eval.jsonl` line and its per-item
     values in `eval_items/` (every table metric right on about `accuracy[recipe]` of n items).
     Returns {recipe: left_right/acc}."""
@@ -572,20 +586,20 @@ def _write_items(demo, seed, recipes, accuracy: dict, n: int = 200) -> dict:
     for k, recipe in enumerate(recipes):
         correct = np.random.default_rng([seed.seed, k]).random(n) < accuracy.get(recipe, 0.5)
         tables: dict = {}
-        for metric, _ in demo.METRICS:
+        for metric, _ in report.METRICS:
             bench, name = metric.split("/", 1)
             tables.setdefault(bench, stats.ItemTable(np.arange(n), {})).metrics[name] = stats.metric(correct, np.arange(n))
-        _write_run(seed, recipe, [{m: float(correct.mean()) for m, _ in demo.METRICS}])
+        _write_run(seed, recipe, [{m: float(correct.mean()) for m, _ in report.METRICS}])
         save_items(seed.runs / recipe, 10, tables)  # _write_run's step of epoch 1
         out[recipe] = float(correct.mean())
     return out
 
 
-def test_results_give_one_seeds_intervals_and_paired_tests_over_the_seeds(demo, tmp_path):
+def test_results_give_one_seeds_intervals_and_paired_tests_over_the_seeds(demo, report, tmp_path):
     recipes = ("demo_pretrain", "demo_clip_ft", "demo_leftright")
     seeds = [demo.Seed(tmp_path, s, _args(recipes=list(recipes[1:]))) for s in (0, 1, 2)]
-    accs = [_write_items(demo, seed, recipes, {"demo_leftright": 0.75}) for seed in seeds]
-    summary = demo.summarise(seeds, recipes[1:])
+    accs = [_write_items(report, seed, recipes, {"demo_leftright": 0.75}) for seed in seeds]
+    summary = report.summarise(seeds, recipes[1:])
     row = summary["paired"]["demo_leftright"]["left_right/acc"]
     expected = [a["demo_leftright"] - a["demo_clip_ft"] for a in accs]
     assert row["per_seed"] == pytest.approx(expected) and row["diff"] == pytest.approx(sum(expected) / 3)
@@ -593,15 +607,15 @@ def test_results_give_one_seeds_intervals_and_paired_tests_over_the_seeds(demo, 
     assert list(summary["paired"]) == ["demo_leftright"] and summary["intervals_seed"] == 0
     lr = summary["intervals"]["demo_leftright"]["left_right/acc"]
     assert lr["value"] == pytest.approx(accs[0]["demo_leftright"]) and lr["ci"][0] < lr["value"] < lr["ci"][1]
-    text = demo.markdown(summary, "x", 1.0)
+    text = report.markdown(summary, "x", 1.0)
     assert "Seed 0, each accuracy with its 95 % bootstrap interval" in text
     assert f"{100 * lr['value']:.1f} [{100 * lr['ci'][0]:.1f}, {100 * lr['ci'][1]:.1f}]" in text
     assert f"**{100 * row['diff']:+.1f} [" in text
     # a run without per-item values (trained before the trainer kept them): no such tables
     for path in (seeds[2].runs / "demo_clip_ft" / "eval_items").iterdir():
         path.unlink()
-    summary = demo.summarise(seeds, recipes[1:])
-    assert "paired" not in summary and "bootstrap interval" not in demo.markdown(summary, "x", 1.0)
+    summary = report.summarise(seeds, recipes[1:])
+    assert "paired" not in summary and "bootstrap interval" not in report.markdown(summary, "x", 1.0)
 
 
 def _stub_steps_done(demo, seed):
@@ -707,7 +721,7 @@ def test_a_rerun_keeps_the_recorded_wall_time_of_the_steps_it_skips(demo, tmp_pa
     assert "start numbers" in seed.wall_times() and seed.wall_times()["world"] == 30.0
 
 
-def test_tensorboard_holds_the_epoch_zero_points_the_curves_plot(demo, tmp_path):
+def test_tensorboard_holds_the_epoch_zero_points_the_curves_plot(demo, report, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     seeds = [demo.Seed(tmp_path, 0, _args(recipes=["demo_clip_ft", "demo_trohn_img"]))]
     _write_run(seeds[0], "demo_pretrain", [{"bivlc/t2i": 0.2}, {"bivlc/t2i": 0.3, "val/i2t_acc": 0.9}])
@@ -722,27 +736,27 @@ def test_tensorboard_holds_the_epoch_zero_points_the_curves_plot(demo, tmp_path)
     assert [(e.step, round(e.value, 6)) for e in events.Scalars("eval/bivlc/t2i")] == [(0, 0.3)]
     assert [(e.step, round(e.value, 6)) for e in events.Scalars("val/partner_acc")] == [(0, 0.6)]
     assert "eval/val/i2t_acc" not in events.Tags()["scalars"]  # the base run's own validation is not the finetune's
-    summary = demo.summarise(seeds, ("demo_clip_ft", "demo_trohn_img"))
-    _, curves = demo.plots(summary, seeds, tmp_path, close=False)
+    summary = report.summarise(seeds, ("demo_clip_ft", "demo_trohn_img"))
+    _, curves = report.plots(summary, seeds, tmp_path, close=False)
     t2i = curves.axes[2].get_lines()[1]  # TROHN-Img-style
     partner = curves.axes[6].get_lines()[0]
     assert t2i.get_ydata()[0] == pytest.approx(100 * events.Scalars("eval/bivlc/t2i")[0].value)
     assert partner.get_ydata()[0] == pytest.approx(100 * events.Scalars("val/partner_acc")[0].value)
 
 
-def test_curves_are_two_rows_at_a_normal_size_with_chance_on_every_panel(demo, tmp_path):
+def test_curves_are_two_rows_at_a_normal_size_with_chance_on_every_panel(demo, report, tmp_path):
     from PIL import Image
     from compclip.trainer.recipe import load_recipe
     seeds = [demo.Seed(tmp_path, 0, _args())]
     _write_run(seeds[0], "demo_pretrain", [{"bivlc/t2i": 0.3}])
     _write_run(seeds[0], "demo_clip_ft", [{"bivlc/t2i": 0.4}])
-    _, curves = demo.plots(demo.summarise(seeds, ("demo_clip_ft",)), seeds, tmp_path, close=False)
+    _, curves = report.plots(report.summarise(seeds, ("demo_clip_ft",)), seeds, tmp_path, close=False)
     width, height = Image.open(tmp_path / "curves.png").size
     assert (width, height) == (1560, 792)  # was 2688 x 456: one row of seven panels
-    panels = curves.axes[:len(demo.CURVES)]
+    panels = curves.axes[:len(report.CURVES)]
     assert len({round(ax.get_position().y0, 3) for ax in panels}) == 2  # two rows
-    for ax, (metric, _) in zip(panels, demo.CURVES):
-        chance = 100 * {**demo.CHANCE, **demo.CHANCE_VAL}[metric]
+    for ax, (metric, _) in zip(panels, report.CURVES):
+        chance = 100 * {**report.CHANCE, **report.CHANCE_VAL}[metric]
         assert any(line.get_linestyle() == "--" and list(line.get_ydata()) == [chance, chance]
                    for line in ax.get_lines()), metric
     for name in demo.FINETUNES:  # hard-negative chance 1/2: at most one negative per image or partner
